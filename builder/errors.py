@@ -1,0 +1,56 @@
+"""Errors the command line turns into one line and exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class UserError(Exception):
+    """Bad input from the user: a spec, a data file or an argument.
+
+    ``where`` names the file, ``model`` the model and ``field`` the field (or the
+    variant), so that the message reads ``file: model 'x': field: what is wrong``.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        model: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.model = model
+        self.field = field
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.model:
+            parts.append(f"model '{self.model}'")
+        if self.field:
+            parts.append(self.field)
+        parts.append(" ".join(self.message.split()))
+        return ": ".join(parts)
+
+
+class SpecError(UserError):
+    """models.yaml is malformed or inconsistent with itself or the ONNX graph."""
+
+
+class DataError(UserError):
+    """Calibration or evaluation data is missing or does not fit the model."""
+
+
+class VerificationError(UserError):
+    """No variant of a model met its tolerances, so nothing can be published."""
+
+
+class BuildError(Exception):
+    """A stage failed for a reason that is not the user's input (exit status 1)."""

@@ -1,0 +1,518 @@
+"""The declarative spec, ``models.yaml``, validated with pydantic.
+
+The spec is the single source every derived number comes from: the Triton
+config, the optimization profiles, the perf_analyzer shapes and the TensorRT
+profiles all read the same fields, so they cannot disagree. Every error names
+the file, the model and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from builder.errors import SpecError
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
+FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DType(str, Enum):
+    """Triton's data types, as written in config.pbtxt without the TYPE_ prefix."""
+
+    BOOL = "BOOL"
+    UINT8 = "UINT8"
+    INT8 = "INT8"
+    INT16 = "INT16"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    FP16 = "FP16"
+    FP32 = "FP32"
+    FP64 = "FP64"
+    STRING = "STRING"
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.FP16, DType.FP32, DType.FP64)
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+class TensorSpec(Strict):
+    """One input or output; ``dims`` never include the batch dimension."""
+
+    name: Annotated[str, Field(min_length=1)]
+    dtype: DType
+    dims: list[int]
+    labels: str | None = None  # outputs only: a labels file for the classification extension
+    optional: bool = False
+
+    @field_validator("dims")
+    @classmethod
+    def _dims_positive_or_dynamic(cls, dims: list[int]) -> list[int]:
+        for d in dims:
+            if d == 0 or d < -1:
+                raise ValueError(f"dims {dims}: each dim is a positive size or -1 (dynamic)")
+        return dims
+
+    @property
+    def dynamic(self) -> bool:
+        return -1 in self.dims
+
+
+class TimeoutAction(str, Enum):
+    REJECT = "reject"
+    DELAY = "delay"
+
+
+class QueuePolicy(Strict):
+    """Triton's ModelQueuePolicy: a bounded queue fails fast instead of timing out."""
+
+    max_queue_size: Annotated[int, Field(ge=0)] = 0  # 0 = unbounded
+    default_timeout_us: Annotated[int, Field(ge=0)] = 0
+    timeout_action: TimeoutAction = TimeoutAction.REJECT
+    allow_timeout_override: bool = True
+
+
+class Batching(Strict):
+    """Dynamic batching; ``max_queue_delay_us: 0`` never makes a lone request wait."""
+
+    enabled: bool = True
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = []
+    max_queue_delay_us: Annotated[int, Field(ge=0)] = 0
+    preserve_ordering: bool = False
+    queue: QueuePolicy = QueuePolicy()
+    priority_levels: Annotated[int, Field(ge=0)] = 0
+    default_priority_level: Annotated[int, Field(ge=0)] = 0
+    priority_queues: dict[int, QueuePolicy] = {}
+
+    @model_validator(mode="after")
+    def _priorities_consistent(self) -> Batching:
+        if self.priority_levels and not (1 <= self.default_priority_level <= self.priority_levels):
+            raise ValueError(
+                f"default_priority_level {self.default_priority_level} must be within "
+                f"1..priority_levels ({self.priority_levels})"
+            )
+        for level in self.priority_queues:
+            if not 1 <= level <= self.priority_levels:
+                raise ValueError(f"priority_queues level {level} is outside 1..{self.priority_levels}")
+        return self
+
+
+class InstanceKind(str, Enum):
+    AUTO = "auto"  # CPU on the local and cpu targets, GPU on the gpu target
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class Instances(Strict):
+    count: Annotated[int, Field(ge=1, le=64)] = 1
+    kind: InstanceKind = InstanceKind.AUTO
+
+
+class ShapeRange(Strict):
+    """min / opt / max for one input's non-batch dims (static dims repeat their size)."""
+
+    min: list[Annotated[int, Field(ge=1)]]
+    opt: list[Annotated[int, Field(ge=1)]]
+    max: list[Annotated[int, Field(ge=1)]]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ShapeRange:
+        if not len(self.min) == len(self.opt) == len(self.max):
+            raise ValueError("min, opt and max must have the same rank")
+        for lo, mid, hi in zip(self.min, self.opt, self.max, strict=True):
+            if not lo <= mid <= hi:
+                raise ValueError(f"need min <= opt <= max, got {self.min} / {self.opt} / {self.max}")
+        return self
+
+
+class Profile(Strict):
+    """One optimization profile. Its max batch is the model's ``max_batch_size``."""
+
+    opt_batch: Annotated[int, Field(ge=1)] = 1
+    shapes: dict[str, ShapeRange] = {}
+
+
+class CalibrationMethod(str, Enum):
+    MINMAX = "minmax"
+    ENTROPY = "entropy"
+    PERCENTILE = "percentile"
+
+
+class DataSpec(Strict):
+    """Where samples come from: an ``.npz`` (arrays named after the inputs, first
+    axis = samples) or anything a ``reader`` factory (``pkg.mod:fn(path)``) turns
+    into such arrays."""
+
+    data: str | None = None
+    reader: str | None = None
+    max_samples: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _has_source(self) -> DataSpec:
+        if self.data is None and self.reader is None:
+            raise ValueError("give 'data' (a path), 'reader' (pkg.module:function), or both")
+        if self.reader is not None and not FACTORY_PATTERN.match(self.reader):
+            raise ValueError(f"reader '{self.reader}' is not of the form package.module:function")
+        return self
+
+
+class Calibration(DataSpec):
+    method: CalibrationMethod = CalibrationMethod.MINMAX
+    percentile: Annotated[float, Field(gt=90.0, le=100.0)] = 99.999
+    per_channel: bool = True
+    exclude_nodes: list[str] = []  # node names left in float (outlier-heavy layers)
+    exclude_op_types: list[str] = []
+    op_types: list[str] = []  # quantize only these op types (default: ORT's choice)
+
+
+class Tolerance(Strict):
+    """Thresholds a variant must meet against the source model, on every float output
+    (or only on ``outputs`` when given). Unset thresholds are not checked."""
+
+    min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+    mean_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+    max_abs: Annotated[float, Field(ge=0.0)] | None = None
+    top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    exact: bool = False  # integer outputs: must be identical
+    outputs: list[str] = []
+
+    @model_validator(mode="after")
+    def _something_checked(self) -> Tolerance:
+        fields = (self.min_cosine, self.mean_cosine, self.max_abs, self.top1)
+        if not self.exact and all(v is None for v in fields):
+            raise ValueError("a tolerance must set min_cosine, mean_cosine, max_abs, top1 or exact")
+        return self
+
+
+class Warmup(Strict):
+    """Requests Triton sends at load time, so the first user request is not slow."""
+
+    batch_sizes: list[Annotated[int, Field(ge=1)]] = [1]
+    count: Annotated[int, Field(ge=1)] = 1
+
+
+class Serve(Strict):
+    """Which verified variant each target serves; unset = the fastest that passed."""
+
+    local: Precision | None = None
+    cpu: Precision | None = None
+    gpu: Precision | None = None
+    threads: Annotated[int, Field(ge=0)] = 0  # ORT intra-op threads (0 = ORT's default)
+
+
+class ModelSpec(Strict):
+    """A core model built from ONNX: exported, checked, quantized, verified, served."""
+
+    name: Name
+    source: Annotated[str, Field(min_length=1)]
+    inputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    outputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    max_batch_size: Annotated[int, Field(ge=0)] = 0
+    batching: Batching = Batching()
+    instances: Instances = Instances()
+    profiles: list[Profile] = []
+    precisions: Annotated[list[Precision], Field(min_length=1)] = [Precision.FP32]
+    calibration: Calibration | None = None
+    evaluation: DataSpec
+    tolerances: dict[Precision, Tolerance] = {}
+    warmup: Warmup | None = None
+    serve: Serve = Serve()
+    opset: Annotated[int, Field(ge=11, le=23)] = 17
+    simplify: bool = True
+    engine: dict[str, Any] = {}  # TensorRT build options (workspace, optimisation level, ...)
+
+    @property
+    def source_kind(self) -> Literal["factory", "onnx"]:
+        return "factory" if FACTORY_PATTERN.match(self.source) else "onnx"
+
+    @field_validator("source")
+    @classmethod
+    def _source_form(cls, source: str) -> str:
+        if not FACTORY_PATTERN.match(source) and not source.endswith(".onnx"):
+            raise ValueError(
+                f"'{source}' is neither a factory (package.module:function) nor an .onnx file"
+            )
+        return source
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        _check_unique("inputs", [t.name for t in self.inputs])
+        _check_unique("outputs", [t.name for t in self.outputs])
+        _check_unique("precisions", [p.value for p in self.precisions])
+        self._check_batching()
+        self._check_profiles()
+        self._check_precisions()
+        return self
+
+    def _check_batching(self) -> None:
+        for size in self.batching.preferred_batch_sizes:
+            if size > self.max_batch_size:
+                raise ValueError(
+                    f"batching.preferred_batch_sizes: {size} is above max_batch_size "
+                    f"{self.max_batch_size}"
+                )
+        if self.max_batch_size == 0 and self.batching.enabled and self.batching.preferred_batch_sizes:
+            raise ValueError("batching: a model with max_batch_size 0 cannot batch")
+        if self.warmup:
+            for size in self.warmup.batch_sizes:
+                if size > max(self.max_batch_size, 1):
+                    raise ValueError(
+                        f"warmup.batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
+                    )
+
+    def _check_profiles(self) -> None:
+        inputs = {t.name: t for t in self.inputs}
+        dynamic = {t.name for t in self.inputs if t.dynamic}
+        if dynamic and not self.profiles:
+            raise ValueError(
+                f"profiles: inputs {sorted(dynamic)} have dynamic dims (-1) and need an "
+                "optimization profile (min/opt/max)"
+            )
+        for i, profile in enumerate(self.profiles):
+            where = f"profiles[{i}]"
+            if profile.opt_batch > max(self.max_batch_size, 1):
+                raise ValueError(
+                    f"{where}.opt_batch: {profile.opt_batch} is above max_batch_size "
+                    f"{self.max_batch_size} (the profile's max batch is max_batch_size)"
+                )
+            for name, rng in profile.shapes.items():
+                if name not in inputs:
+                    raise ValueError(f"{where}.shapes: '{name}' is not an input")
+                dims = inputs[name].dims
+                if len(rng.min) != len(dims):
+                    raise ValueError(
+                        f"{where}.shapes.{name}: rank {len(rng.min)} differs from dims {dims} "
+                        "(profile shapes exclude the batch dimension)"
+                    )
+                for axis, d in enumerate(dims):
+                    if d != -1 and not rng.min[axis] == rng.opt[axis] == rng.max[axis] == d:
+                        raise ValueError(
+                            f"{where}.shapes.{name}: axis {axis} is static ({d}) in dims"
+                        )
+            missing = dynamic - set(profile.shapes)
+            if missing:
+                raise ValueError(f"{where}.shapes: no min/opt/max for dynamic inputs {sorted(missing)}")
+
+    def _check_precisions(self) -> None:
+        reduced = [p for p in self.precisions if p is not Precision.FP32]
+        if reduced and not any(t.dtype.is_float for t in self.inputs + self.outputs):
+            raise ValueError(
+                f"precisions: {[p.value for p in reduced]} need float tensors; this model has none"
+            )
+        if Precision.INT8 in self.precisions and self.calibration is None:
+            raise ValueError("calibration: int8 is wanted, so calibration data is required")
+        for precision in self.precisions:
+            if precision not in self.tolerances:
+                raise ValueError(f"tolerances: no tolerance for precision '{precision.value}'")
+        for target in ("local", "cpu", "gpu"):
+            wanted = getattr(self.serve, target)
+            if wanted is not None and wanted not in self.precisions:
+                raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
+
+    # Derived values: one place for the numbers configs, profiles and perf use.
+
+    def shape_range(self, tensor: TensorSpec, profile: int = 0) -> ShapeRange:
+        """min / opt / max of a tensor's non-batch dims under a profile."""
+        if self.profiles and tensor.name in self.profiles[profile].shapes:
+            return self.profiles[profile].shapes[tensor.name]
+        dims = [max(d, 1) for d in tensor.dims]
+        return ShapeRange(min=dims, opt=dims, max=dims)
+
+    def opt_batch(self, profile: int = 0) -> int:
+        if self.profiles:
+            return self.profiles[profile].opt_batch
+        return max(1, min(self.max_batch_size, 8))
+
+
+class PythonModelSpec(Strict):
+    """A Python-backend model (pre/post-processing), copied from ``path``."""
+
+    name: Name
+    path: Annotated[str, Field(min_length=1)]  # folder with model.py, relative to the spec
+    inputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    outputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    max_batch_size: Annotated[int, Field(ge=0)] = 0
+    batching: Batching = Batching(enabled=False)
+    instances: Instances = Instances(kind=InstanceKind.CPU)
+    parameters: dict[str, str | int | float | bool] = {}
+    files: list[str] = []  # extra files copied beside model.py (relative to the spec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PythonModelSpec:
+        _check_unique("inputs", [t.name for t in self.inputs])
+        _check_unique("outputs", [t.name for t in self.outputs])
+        for size in self.batching.preferred_batch_sizes:
+            if size > self.max_batch_size:
+                raise ValueError(
+                    f"batching.preferred_batch_sizes: {size} is above max_batch_size "
+                    f"{self.max_batch_size}"
+                )
+        return self
+
+
+class EnsembleStep(Strict):
+    model: Name
+    inputs: dict[str, str]  # step model's input name -> ensemble tensor
+    outputs: dict[str, str]  # step model's output name -> ensemble tensor
+
+
+class EnsembleSpec(Strict):
+    """A Triton ensemble; its inputs and outputs are declared and checked against steps."""
+
+    name: Name
+    inputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    outputs: Annotated[list[TensorSpec], Field(min_length=1)]
+    max_batch_size: Annotated[int, Field(ge=0)] = 0
+    steps: Annotated[list[EnsembleStep], Field(min_length=1)]
+
+
+class Spec(Strict):
+    models: Annotated[list[ModelSpec], Field(min_length=1)]
+    python_models: list[PythonModelSpec] = []
+    ensembles: list[EnsembleSpec] = []
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Spec:
+        names = [m.name for m in self.all_models()]
+        _check_unique("model names", names)
+        known = {m.name: m for m in self.all_models()}
+        for ens in self.ensembles:
+            _check_ensemble(ens, known)
+        return self
+
+    def all_models(self) -> Iterator[ModelSpec | PythonModelSpec | EnsembleSpec]:
+        yield from self.models
+        yield from self.python_models
+        yield from self.ensembles
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+def _check_unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"{what}: '{n}' appears twice")
+        seen.add(n)
+
+
+def _check_ensemble(ens: EnsembleSpec, known: dict[str, Any]) -> None:
+    produced = {t.name for t in ens.inputs}
+    for i, step in enumerate(ens.steps):
+        if step.model not in known or step.model == ens.name:
+            raise ValueError(f"ensemble '{ens.name}' steps[{i}]: unknown model '{step.model}'")
+        target = known[step.model]
+        if isinstance(target, EnsembleSpec):
+            raise ValueError(f"ensemble '{ens.name}' steps[{i}]: nested ensembles are not supported")
+        if target.max_batch_size < ens.max_batch_size:
+            raise ValueError(
+                f"ensemble '{ens.name}' steps[{i}]: '{step.model}' has max_batch_size "
+                f"{target.max_batch_size}, below the ensemble's {ens.max_batch_size}"
+            )
+        step_inputs = {t.name for t in target.inputs}
+        step_outputs = {t.name for t in target.outputs}
+        for name, tensor in step.inputs.items():
+            if name not in step_inputs:
+                raise ValueError(
+                    f"ensemble '{ens.name}' steps[{i}].inputs: '{step.model}' has no input '{name}'"
+                )
+            if tensor not in produced:
+                raise ValueError(
+                    f"ensemble '{ens.name}' steps[{i}].inputs: tensor '{tensor}' is not produced "
+                    "by an earlier step or an ensemble input"
+                )
+        for name, tensor in step.outputs.items():
+            if name not in step_outputs:
+                raise ValueError(
+                    f"ensemble '{ens.name}' steps[{i}].outputs: '{step.model}' has no output '{name}'"
+                )
+            produced.add(tensor)
+    for out in ens.outputs:
+        if out.name not in produced:
+            raise ValueError(f"ensemble '{ens.name}' outputs: no step produces '{out.name}'")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate ``models.yaml``; raise SpecError naming file, model and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError("spec file not found", file=path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "yaml"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"invalid YAML: {problem}", file=path, field=where) from None
+    except UnicodeDecodeError:
+        raise SpecError("not UTF-8 text", file=path) from None
+    if not isinstance(raw, dict):
+        raise SpecError("the top level must be a mapping with a 'models' list", file=path)
+    try:
+        return Spec.model_validate(raw)
+    except ValidationError as exc:
+        raise _spec_error(path, raw, exc) from None
+
+
+def _spec_error(path: Path, raw: dict[str, Any], exc: ValidationError) -> SpecError:
+    """Turn pydantic's first error into one line: file, model and dotted field."""
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    model = None
+    if len(loc) >= 2 and loc[0] in ("models", "python_models", "ensembles") and isinstance(loc[1], int):
+        entries = raw.get(loc[0]) or []
+        entry = entries[loc[1]] if loc[1] < len(entries) else None
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            model = entry["name"]
+        else:
+            model = f"{loc[0]}[{loc[1]}]"
+        loc = loc[2:]
+    field = _dotted(loc) or None
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif err["type"] == "missing":
+        message = "required field is missing"
+    message = message.removeprefix("Value error, ")
+    value = err.get("input")
+    if err["type"] not in ("missing", "extra_forbidden", "value_error") and _short(value):
+        message = f"{message} (got {value!r})"
+    return SpecError(message, file=path, model=model, field=field)
+
+
+def _dotted(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-after", "function-before")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _short(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) and len(repr(value)) < 60
