@@ -49,9 +49,14 @@ class DType(str, Enum):
 
 
 class Precision(str, Enum):
+    """Variants of a model. ``int8`` is static, calibrated, explicit Q/DQ (what
+    TensorRT consumes); ``int8_dynamic`` is ONNX Runtime's dynamic quantization,
+    for the CPU targets only (TensorRT has no kernels for it)."""
+
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
+    INT8_DYNAMIC = "int8_dynamic"
 
 
 class TensorSpec(Strict):
@@ -247,9 +252,7 @@ class ModelSpec(Strict):
     @classmethod
     def _source_form(cls, source: str) -> str:
         if not FACTORY_PATTERN.match(source) and not source.endswith(".onnx"):
-            raise ValueError(
-                f"'{source}' is neither a factory (package.module:function) nor an .onnx file"
-            )
+            raise ValueError(f"'{source}' is neither a factory (package.module:function) nor an .onnx file")
         return source
 
     @model_validator(mode="after")
@@ -266,8 +269,7 @@ class ModelSpec(Strict):
         for size in self.batching.preferred_batch_sizes:
             if size > self.max_batch_size:
                 raise ValueError(
-                    f"batching.preferred_batch_sizes: {size} is above max_batch_size "
-                    f"{self.max_batch_size}"
+                    f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
                 )
         if self.max_batch_size == 0 and self.batching.enabled and self.batching.preferred_batch_sizes:
             raise ValueError("batching: a model with max_batch_size 0 cannot batch")
@@ -304,9 +306,7 @@ class ModelSpec(Strict):
                     )
                 for axis, d in enumerate(dims):
                     if d != -1 and not rng.min[axis] == rng.opt[axis] == rng.max[axis] == d:
-                        raise ValueError(
-                            f"{where}.shapes.{name}: axis {axis} is static ({d}) in dims"
-                        )
+                        raise ValueError(f"{where}.shapes.{name}: axis {axis} is static ({d}) in dims")
             missing = dynamic - set(profile.shapes)
             if missing:
                 raise ValueError(f"{where}.shapes: no min/opt/max for dynamic inputs {sorted(missing)}")
@@ -326,6 +326,8 @@ class ModelSpec(Strict):
             wanted = getattr(self.serve, target)
             if wanted is not None and wanted not in self.precisions:
                 raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
+        if self.serve.gpu is Precision.INT8_DYNAMIC:
+            raise ValueError("serve.gpu: int8_dynamic has no TensorRT kernels; use int8")
 
     # Derived values: one place for the numbers configs, profiles and perf use.
 
@@ -362,8 +364,7 @@ class PythonModelSpec(Strict):
         for size in self.batching.preferred_batch_sizes:
             if size > self.max_batch_size:
                 raise ValueError(
-                    f"batching.preferred_batch_sizes: {size} is above max_batch_size "
-                    f"{self.max_batch_size}"
+                    f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
                 )
         return self
 
