@@ -1,0 +1,40 @@
+# tritonforge: `make engines` builds the default zoo, `make test` runs every test.
+# Both create .venv and install what they need on a fresh machine.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tritonforge-installed
+SPEC ?= models.yaml
+REPO ?= model_repository
+TARGET ?= auto
+PYTEST_ARGS ?=
+
+.PHONY: install engines serve test lint tools clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch first, so that nothing later pulls a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[zoo,dev]'
+	@touch $@
+
+install: $(STAMP)
+
+engines: $(STAMP)
+	$(BIN)/tritonforge build --spec $(SPEC) --repo $(REPO) --target $(TARGET)
+
+serve: $(STAMP)
+	$(BIN)/tritonforge serve --repo $(REPO)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(STAMP) lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf .tritonforge $(REPO) $(REPO).staging-*

@@ -1,0 +1,101 @@
+"""Content hashing and the stage cache that makes an unchanged rebuild a no-op.
+
+A stage's output lives in ``<cache>/<model>/<stage>/<key>/`` where ``key`` hashes
+everything the stage reads. The folder is written under a temporary name and
+renamed when the stage finishes, so a killed build never leaves a half-written
+artifact that a later build would trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DONE = "stage.json"
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_hash(path: Path) -> str:
+    """Hash of a file, or of every file under a folder (names and contents)."""
+    if path.is_file():
+        return file_hash(path)
+    digest = hashlib.sha256()
+    for item in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(item.relative_to(path)).encode())
+        digest.update(file_hash(item).encode())
+    return digest.hexdigest()
+
+
+def key_of(*parts: Any) -> str:
+    """A short stable key of JSON-able parts."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    out: Path
+    skipped: bool
+    seconds: float
+    info: dict[str, Any]
+
+
+class StageCache:
+    """Runs a stage unless an output for the same key is already complete."""
+
+    def __init__(self, root: Path, log: Callable[[str], None]) -> None:
+        self.root = root
+        self.log = log
+
+    def run(
+        self, model: str, stage: str, key: str, fn: Callable[[Path], dict[str, Any] | None]
+    ) -> StageResult:
+        out = self.root / model / stage / key
+        done = out / DONE
+        if done.is_file():
+            record = json.loads(done.read_text())
+            self.log(f"[{model}] {stage}: unchanged, skipped")
+            return StageResult(stage, key, out, True, record.get("seconds", 0.0), record.get("info", {}))
+        self.log(f"[{model}] {stage} ...")
+        tmp = out.with_name(f"{key}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        start = time.perf_counter()
+        try:
+            info = fn(tmp) or {}
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        seconds = time.perf_counter() - start
+        (tmp / DONE).write_text(json.dumps({"seconds": seconds, "info": info}, indent=1, default=str))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        self._prune(out)
+        self.log(f"[{model}] {stage}: done in {seconds:.1f} s")
+        return StageResult(stage, key, out, False, seconds, info)
+
+    @staticmethod
+    def _prune(keep: Path, max_entries: int = 3) -> None:
+        """Keep the newest few outputs of a stage so the cache does not grow forever."""
+        siblings = sorted(
+            (p for p in keep.parent.iterdir() if p.is_dir() and p != keep),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        for old in siblings[max_entries - 1 :]:
+            shutil.rmtree(old, ignore_errors=True)

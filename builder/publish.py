@@ -1,0 +1,76 @@
+"""Publishing a model repository atomically.
+
+The new repository is written beside the old one and swapped in with one
+``renameat2(RENAME_EXCHANGE)`` call, so a server polling the folder or a build
+killed at any moment only ever sees a complete repository. Where the kernel or
+file system lacks the exchange, two renames are used (a window of microseconds
+with no repository, never a half-written one).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+from pathlib import Path
+
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def staging_dir(repo: Path) -> Path:
+    """A fresh sibling folder on the same file system as ``repo``."""
+    staging = repo.with_name(f"{repo.name}.staging-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def clean_leftovers(repo: Path) -> None:
+    """Remove staging folders of builds that were killed before publishing."""
+    if not repo.parent.is_dir():
+        return
+    for stale in repo.parent.glob(f"{repo.name}.staging-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue  # another build is writing it right now
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(repo.with_name(f"{repo.name}.old"), ignore_errors=True)
+
+
+def publish(staging: Path, repo: Path) -> None:
+    """Swap ``staging`` in as ``repo``; the previous repository is deleted after."""
+    if not repo.exists():
+        os.rename(staging, repo)
+        return
+    if _exchange(staging, repo):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    old = repo.with_name(f"{repo.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(repo, old)
+    os.rename(staging, repo)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    rc = renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,48 @@
+"""The stage cache skips unchanged stages and never trusts a half-written one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.cache import StageCache, key_of, tree_hash
+
+
+def test_second_run_with_same_key_is_skipped(tmp_path: Path) -> None:
+    calls: list[Path] = []
+    cache = StageCache(tmp_path, log=lambda _: None)
+
+    def stage(out: Path) -> dict:
+        calls.append(out)
+        (out / "a.txt").write_text("x")
+        return {"n": 1}
+
+    first = cache.run("m", "s", "k1", stage)
+    second = cache.run("m", "s", "k1", stage)
+    assert not first.skipped and second.skipped
+    assert second.info == {"n": 1}
+    assert len(calls) == 1
+    assert (second.out / "a.txt").read_text() == "x"
+    assert cache.run("m", "s", "k2", stage).skipped is False
+
+
+def test_failed_stage_leaves_nothing_to_trust(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path, log=lambda _: None)
+
+    def boom(out: Path) -> dict:
+        (out / "half.onnx").write_text("partial")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        cache.run("m", "s", "k", boom)
+    assert not (tmp_path / "m" / "s" / "k").exists()
+    assert not (tmp_path / "m" / "s" / "k.tmp").exists()
+
+
+def test_keys_and_tree_hash_change_with_content(tmp_path: Path) -> None:
+    assert key_of({"a": 1}) == key_of({"a": 1}) != key_of({"a": 2})
+    (tmp_path / "f").write_text("1")
+    before = tree_hash(tmp_path)
+    (tmp_path / "f").write_text("2")
+    assert tree_hash(tmp_path) != before

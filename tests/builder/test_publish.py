@@ -1,0 +1,47 @@
+"""Publishing swaps whole repositories; leftovers of killed builds are cleaned."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from builder.publish import clean_leftovers, publish, staging_dir
+
+
+def make(folder: Path, text: str) -> None:
+    (folder / "m" / "1").mkdir(parents=True)
+    (folder / "m" / "config.pbtxt").write_text(text)
+
+
+def test_first_publish_renames(tmp_path: Path) -> None:
+    repo = tmp_path / "model_repository"
+    staging = staging_dir(repo)
+    make(staging, "new")
+    publish(staging, repo)
+    assert (repo / "m" / "config.pbtxt").read_text() == "new"
+    assert not staging.exists()
+
+
+def test_publish_replaces_whole_repository(tmp_path: Path) -> None:
+    repo = tmp_path / "model_repository"
+    repo.mkdir()
+    make(repo, "old")
+    (repo / "gone").mkdir()
+    inode = os.stat(repo).st_ino
+    staging = staging_dir(repo)
+    make(staging, "new")
+    publish(staging, repo)
+    assert (repo / "m" / "config.pbtxt").read_text() == "new"
+    assert not (repo / "gone").exists()
+    assert os.stat(repo).st_ino != inode
+    assert [p.name for p in tmp_path.iterdir()] == ["model_repository"]
+
+
+def test_leftovers_of_dead_builds_are_removed(tmp_path: Path) -> None:
+    repo = tmp_path / "model_repository"
+    dead = tmp_path / "model_repository.staging-999999999"
+    dead.mkdir()
+    mine = staging_dir(repo)
+    clean_leftovers(repo)
+    assert not dead.exists()
+    assert mine.exists()  # this process is alive: its staging folder stays

@@ -1,0 +1,147 @@
+"""The spec rejects inconsistent input with one line naming file, model and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder.errors import SpecError
+from builder.spec import Precision, load_spec
+
+ROOT = Path(__file__).parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text(text)
+    return path
+
+
+def base() -> dict:
+    return {
+        "models": [
+            {
+                "name": "m",
+                "source": "pkg.mod:fn",
+                "inputs": [{"name": "x", "dtype": "FP32", "dims": [4]}],
+                "outputs": [{"name": "y", "dtype": "FP32", "dims": [2]}],
+                "max_batch_size": 8,
+                "evaluation": {"data": "eval.npz"},
+                "tolerances": {"fp32": {"min_cosine": 0.99}},
+            }
+        ]
+    }
+
+
+def error_for(tmp_path: Path, doc: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, yaml.safe_dump(doc)))
+    return info.value.one_line()
+
+
+def test_default_zoo_loads() -> None:
+    spec = load_spec(ROOT / "models.yaml")
+    names = {m.name for m in spec.all_models()}
+    assert {"simple", "resnet18", "image_preprocess", "resnet18_image"} <= names
+
+
+def test_valid_base_loads(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, yaml.safe_dump(base())))
+    assert spec.model("m").precisions == [Precision.FP32]
+
+
+def test_bad_yaml_names_line(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, "models:\n  - name: [unclosed\n"))
+    assert "models.yaml" in str(info.value) and "line" in str(info.value)
+
+
+def test_unknown_field(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["max_batch"] = 4
+    assert error_for(tmp_path, doc).endswith("model 'm': max_batch: unknown field")
+
+
+def test_bad_name(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["name"] = "my model"
+    assert "model 'my model': name:" in error_for(tmp_path, doc)
+
+
+def test_preferred_batch_above_max(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["batching"] = {"preferred_batch_sizes": [16]}
+    line = error_for(tmp_path, doc)
+    assert "model 'm'" in line and "preferred_batch_sizes: 16 is above max_batch_size 8" in line
+
+
+def test_dynamic_dim_needs_profile(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["inputs"][0]["dims"] = [-1]
+    assert "need an optimization profile" in error_for(tmp_path, doc)
+
+
+def test_profile_opt_batch_above_max_batch(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["profiles"] = [{"opt_batch": 9}]
+    assert "the profile's max batch is max_batch_size" in error_for(tmp_path, doc)
+
+
+def test_profile_static_axis_must_match(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["profiles"] = [{"shapes": {"x": {"min": [1], "opt": [4], "max": [4]}}}]
+    assert "axis 0 is static (4)" in error_for(tmp_path, doc)
+
+
+def test_int8_needs_calibration_and_tolerance(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["precisions"] = ["fp32", "int8"]
+    assert "calibration" in error_for(tmp_path, doc)
+    doc["models"][0]["calibration"] = {"data": "calib.npz"}
+    assert "no tolerance for precision 'int8'" in error_for(tmp_path, doc)
+
+
+def test_tolerance_must_check_something(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["tolerances"] = {"fp32": {}}
+    assert "tolerances.fp32" in error_for(tmp_path, doc)
+
+
+def test_duplicate_model_names(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"].append(dict(doc["models"][0]))
+    assert "'m' appears twice" in error_for(tmp_path, doc)
+
+
+def test_ensemble_unknown_step(tmp_path: Path) -> None:
+    doc = base()
+    doc["ensembles"] = [
+        {
+            "name": "e",
+            "inputs": [{"name": "x", "dtype": "FP32", "dims": [4]}],
+            "outputs": [{"name": "y", "dtype": "FP32", "dims": [2]}],
+            "steps": [{"model": "nope", "inputs": {"x": "x"}, "outputs": {"y": "y"}}],
+        }
+    ]
+    assert "unknown model 'nope'" in error_for(tmp_path, doc)
+
+
+def test_gpu_cannot_serve_dynamic_int8(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["precisions"] = ["fp32", "int8_dynamic"]
+    doc["models"][0]["tolerances"]["int8_dynamic"] = {"min_cosine": 0.9}
+    doc["models"][0]["serve"] = {"gpu": "int8_dynamic"}
+    assert "serve.gpu" in error_for(tmp_path, doc) or "int8_dynamic" in error_for(tmp_path, doc)
+
+
+def test_shape_range_and_opt_batch_come_from_the_profile(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["inputs"][0]["dims"] = [-1]
+    doc["models"][0]["profiles"] = [
+        {"opt_batch": 4, "shapes": {"x": {"min": [1], "opt": [64], "max": [128]}}}
+    ]
+    model = load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m")
+    assert model.opt_batch() == 4
+    assert model.shape_range(model.inputs[0]).max == [128]
