@@ -11,7 +11,9 @@ REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
 
-.PHONY: install engines serve test lint tools clean
+.PHONY: install engines serve test lint typecheck tools docker deploy-manifests clean
+
+IMAGE ?= tritonforge:0.1.0
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,8 +35,21 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) lint
+# TensorRT cannot run here: its calls are checked by mypy --strict against tensorrt-stubs.
+typecheck: $(STAMP)
+	$(BIN)/python tools/setup_trt_stubs.py
+	$(BIN)/mypy builder/engines
+
+test: $(STAMP) lint typecheck
+	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+docker:
+	docker build -t $(IMAGE) .
+
+deploy-manifests: $(STAMP)
+	$(BIN)/tritonforge deploy k8s --out deploy/generated
+	$(BIN)/tritonforge deploy kserve --out deploy/generated
 
 clean:
 	rm -rf .tritonforge $(REPO) $(REPO).staging-*

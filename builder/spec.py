@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from builder.engines.options import EngineOptions
 from builder.errors import SpecError
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
@@ -114,6 +115,8 @@ class Batching(Strict):
                 f"default_priority_level {self.default_priority_level} must be within "
                 f"1..priority_levels ({self.priority_levels})"
             )
+        if self.preserve_ordering and self.priority_levels > 1:
+            raise ValueError("preserve_ordering allows only one priority level (Triton refuses more)")
         for level in self.priority_queues:
             if not 1 <= level <= self.priority_levels:
                 raise ValueError(f"priority_queues level {level} is outside 1..{self.priority_levels}")
@@ -242,7 +245,7 @@ class ModelSpec(Strict):
     serve: Serve = Serve()
     opset: Annotated[int, Field(ge=11, le=23)] = 17
     simplify: bool = True
-    engine: dict[str, Any] = {}  # TensorRT build options (workspace, optimisation level, ...)
+    engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
 
     @property
     def source_kind(self) -> Literal["factory", "onnx"]:

@@ -62,6 +62,23 @@ def broken_onnx(project: Path) -> None:
     onnx.save(helper.make_model(graph), project / "broken.onnx")
 
 
+def onnx_with_input_x(project: Path) -> None:
+    """The tiny model's signature as a plain ONNX graph (input 'x', output 'y')."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [16, 10], np.ones(160, np.float32))
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [weight],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        project / "given.onnx",
+    )
+
+
 def wrong_shape_calibration(project: Path) -> None:
     np.savez(project / "data" / "calib.npz", x=np.zeros((8, 15), np.float32))
 
@@ -92,8 +109,13 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
         ("models.yaml", "model 'tiny'", "source"),
     ),
     "input name disagrees with the graph": (
-        lambda p: edit_spec(p, lambda d: model(d)["inputs"][0].update(name="x0")),
-        ("models.yaml", "model 'tiny'", "inputs"),
+        lambda p: (
+            onnx_with_input_x(p),
+            edit_spec(
+                p, lambda d: (model(d).update(source="given.onnx"), model(d)["inputs"][0].update(name="x0"))
+            ),
+        ),
+        ("models.yaml", "model 'tiny'", "inputs", "x0"),
     ),
     "dtype disagrees with the graph": (
         lambda p: edit_spec(p, lambda d: model(d)["outputs"][0].update(dtype="FP16")),

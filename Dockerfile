@@ -1,0 +1,70 @@
+# tritonforge on the official Triton container.
+#
+# Triton 25.10 (tritonserver 2.62): Ubuntu 24.04, Python 3.12, CUDA 13.0.2, TensorRT 10.13.3,
+# ONNX Runtime 1.23.1; GPUs of compute capability 7.5 and up, NVIDIA driver 575 or later
+# (or the data-center branches the release notes list).
+#
+# Two stages. The builder stage is a plain Python image with the whole project and a CPU
+# build of torch: it exports, quantizes and verifies the models and writes the `gpu`
+# repository (ONNX / Q/DQ variants and configs). The serving stage is the Triton image with
+# only what `tritonforge engines` and the Python-backend models need; the TensorRT plans are
+# built there at container start, for the GPU the container finds (plans are tied to a GPU
+# and a TensorRT version, so they cannot be built here). torch, the exporters and the
+# calibration tools never reach the serving image, and the builder runs the same Python
+# (3.11) the test suite verifies with.
+#
+#   docker build -t tritonforge:0.1.0 .
+#   docker run --gpus all --shm-size=256m -p 8000:8000 -p 8001:8001 -p 8002:8002 \
+#       -e TRITON_ADMIN_KEY=... tritonforge:0.1.0
+
+ARG TRITON_RELEASE=25.10
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim-bookworm AS builder
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /opt/tritonforge
+# torch first, from the CPU index, so that nothing pulls a CUDA build of it.
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+COPY pyproject.toml README.md ./
+COPY builder ./builder
+COPY clients ./clients
+RUN pip install --no-cache-dir . && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+COPY models.yaml ./
+COPY zoo ./zoo
+COPY calibration ./calibration
+RUN tritonforge build --target gpu --repo /opt/tritonforge/model_repository
+
+FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3 AS server
+ARG TENSORRT_VERSION=10.13.3.9
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PIP_BREAK_SYSTEM_PACKAGES=1
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY deploy/requirements-runtime.txt deploy/tensorrt_alias.py /tmp/tritonforge/
+COPY --from=builder /wheels /tmp/tritonforge/wheels
+# The TensorRT bindings only: they link the image's own libnvinfer (see tensorrt_alias.py).
+RUN pip install --no-cache-dir -r /tmp/tritonforge/requirements-runtime.txt \
+ && pip install --no-cache-dir --no-deps "tensorrt-cu13-bindings==${TENSORRT_VERSION}" \
+    /tmp/tritonforge/wheels/*.whl \
+ && cp /tmp/tritonforge/tensorrt_alias.py "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorrt.py" \
+ && rm -rf /tmp/tritonforge \
+ && python3 -c "import tensorrt, builder.engines.cli; print('TensorRT', tensorrt.__version__)" \
+ && tritonforge --help > /dev/null
+RUN groupadd --gid 10001 tritonforge \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge
+WORKDIR /opt/tritonforge
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/models.yaml ./
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/zoo ./zoo
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/calibration ./calibration
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/.tritonforge ./.tritonforge
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/model_repository ./model_repository
+COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
+USER 10001:10001
+ENV TRITONFORGE_REPOSITORY=/opt/tritonforge/model_repository \
+    TRITONFORGE_SPEC=/opt/tritonforge/models.yaml
+EXPOSE 8000 8001 8002
+# Start period: the first start builds TensorRT plans before the server listens.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30m --retries=3 \
+  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+# NVIDIA's entrypoint sets up CUDA forward compatibility, then execs ours, which execs tritonserver.
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "/opt/tritonforge/entrypoint.sh"]

@@ -1,0 +1,148 @@
+"""Calibration and evaluation samples: read, check against the spec, return per input.
+
+Arrays have a leading sample axis, then the input's ``dims`` (no batch axis), also
+for models with ``max_batch_size: 0``, whose samples are then fed one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from builder.dtypes import to_numpy
+from builder.errors import DataError
+from builder.factories import import_factory
+from builder.spec import DataSpec, DType, ModelSpec, TensorSpec
+
+# Exceptions a user's reader raises for bad data; turned into one-line DataErrors.
+_READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
+
+
+def load_samples(
+    data: DataSpec, model: ModelSpec, *, spec_dir: Path, spec_file: Path, section: str
+) -> dict[str, np.ndarray]:
+    """Read ``data`` (an .npz or a reader factory), check it fits ``model``'s inputs."""
+    path = spec_dir / data.data if data.data is not None else None
+    where: Path = path if path is not None else spec_file
+    if path is not None and not path.exists():
+        raise DataError("data not found", file=path, model=model.name, field=f"{section}.data")
+    if data.reader is not None:
+        arrays = _from_reader(data, model, path, spec_dir, spec_file, section)
+    else:
+        assert path is not None  # DataSpec requires data or reader
+        arrays = _from_npz(path, model.name, section)
+    return _checked(arrays, model, data.max_samples, file=where, section=section)
+
+
+def _from_reader(
+    data: DataSpec, model: ModelSpec, path: Path | None, spec_dir: Path, spec_file: Path, section: str
+) -> Mapping[str, object]:
+    assert data.reader is not None
+    field = f"{section}.reader"
+    reader = import_factory(data.reader, spec_dir, spec_file=spec_file, model=model.name, field=field)
+    try:
+        arrays = reader(path)
+    except _READER_ERRORS as exc:
+        raise DataError(
+            f"reader '{data.reader}' failed: {type(exc).__name__}: {exc}",
+            file=path or spec_file,
+            model=model.name,
+            field=field,
+        ) from None
+    if not isinstance(arrays, Mapping):
+        raise DataError(
+            f"reader '{data.reader}' returned {type(arrays).__name__}, not a dict of arrays",
+            file=path or spec_file,
+            model=model.name,
+            field=field,
+        )
+    return arrays
+
+
+def _from_npz(path: Path, model: str, section: str) -> dict[str, np.ndarray]:
+    field = f"{section}.data"
+    if not path.is_file():
+        raise DataError("expected an .npz file (or give a reader)", file=path, model=model, field=field)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read .npz: {exc}", file=path, model=model, field=field) from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise DataError("not an .npz archive", file=path, model=model, field=field)
+    try:
+        return {name: loaded[name] for name in loaded.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read .npz: {exc}", file=path, model=model, field=field) from None
+    finally:
+        loaded.close()
+
+
+def _checked(
+    arrays: Mapping[str, object], model: ModelSpec, max_samples: int | None, *, file: Path, section: str
+) -> dict[str, np.ndarray]:
+    specs = {t.name: t for t in model.inputs}
+
+    def fail(message: str, field: str) -> DataError:
+        return DataError(message, file=file, model=model.name, field=f"{section}.data{field}")
+
+    unknown = sorted(set(arrays) - set(specs))
+    if unknown:
+        raise fail(f"arrays {unknown} are not inputs of the model (inputs: {sorted(specs)})", "")
+    missing = sorted(n for n, t in specs.items() if not t.optional and n not in arrays)
+    if missing:
+        raise fail(f"no array for inputs {missing}", "")
+    out: dict[str, np.ndarray] = {}
+    for name, value in arrays.items():
+        field = f": input '{name}'"
+        if not isinstance(value, np.ndarray):
+            raise fail(f"expected a numpy array, got {type(value).__name__}", field)
+        problem = _problem(value, specs[name], model)
+        if problem:
+            raise fail(problem, field)
+        out[name] = _as_dtype(value, specs[name].dtype)
+    counts = {name: a.shape[0] for name, a in out.items()}
+    if len(set(counts.values())) > 1:
+        raise fail(f"inputs have different sample counts: {counts}", "")
+    if not counts or next(iter(counts.values())) == 0:
+        raise fail("no samples", "")
+    if max_samples is not None:
+        out = {name: a[:max_samples] for name, a in out.items()}
+    return out
+
+
+def _problem(value: np.ndarray, spec: TensorSpec, model: ModelSpec) -> str | None:
+    """What is wrong with one input's array, or None."""
+    if not _dtype_ok(value.dtype, spec.dtype):
+        return f"dtype {value.dtype} does not match the spec's {spec.dtype.value} ({to_numpy(spec.dtype)})"
+    want = ["N", *spec.dims]
+    if value.ndim != len(spec.dims) + 1:
+        return (
+            f"shape {list(value.shape)} has rank {value.ndim}; expected {want} "
+            "(samples first, then dims without the batch dimension)"
+        )
+    rng = model.shape_range(spec)
+    for axis, (got, dim) in enumerate(zip(value.shape[1:], spec.dims, strict=True)):
+        if dim != -1 and got != dim:
+            return (
+                f"shape {list(value.shape)}: axis {axis + 1} is {got}, spec dims say {dim} (expected {want})"
+            )
+        if dim == -1 and not rng.min[axis] <= got <= rng.max[axis]:
+            return (
+                f"shape {list(value.shape)}: dynamic axis {axis + 1} is {got}, outside the profile's "
+                f"{rng.min[axis]}..{rng.max[axis]}"
+            )
+    return None
+
+
+def _dtype_ok(got: np.dtype, want: DType) -> bool:
+    if want is DType.STRING:
+        return got.kind in "OSU"
+    return got == to_numpy(want)
+
+
+def _as_dtype(value: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype is DType.STRING:
+        return value.astype(np.object_)
+    return np.ascontiguousarray(value, dtype=to_numpy(dtype))

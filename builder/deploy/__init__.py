@@ -1,0 +1,1 @@
+"""Deployment manifests (Kubernetes, KServe) derived from the spec."""

@@ -1,0 +1,128 @@
+"""The engine step of the pipeline: plans for every model of the gpu target.
+
+Without TensorRT or a GPU it says in one line which plans were skipped and why,
+and the build goes on (unless engines are required).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from builder.engines.detect import TensorRTAvailability, detect
+from builder.engines.metadata import metadata_path, sha256
+from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
+from builder.errors import UserError
+from builder.spec import ModelSpec, Precision
+
+if TYPE_CHECKING:
+    from builder.pipeline import BuildContext, ModelBuild
+
+
+class EnginesRequired(UserError):
+    """``--require-engines`` and some plan was not built."""
+
+
+@dataclass
+class EngineSet:
+    availability: TensorRTAvailability
+    results: dict[str, list[EngineResult]] = field(default_factory=dict)
+    served: dict[str, Precision] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Changes whenever an installed plan would change (for the repository key)."""
+        parts = [self.availability.reason]
+        for model, results in sorted(self.results.items()):
+            parts += [f"{model}:{r.precision.value}:{r.status.value}:{_plan_hash(r)}" for r in results]
+        return "|".join(parts)
+
+    def chosen(self, model: str) -> EngineResult | None:
+        """The verified plan to serve: the served variant's, else the best other one."""
+        ok = {r.precision: r for r in self.results.get(model, []) if r.ok}
+        order = [self.served.get(model), Precision.INT8, Precision.FP16, Precision.FP32]
+        return next((ok[p] for p in order if p in ok), None)
+
+    def install(self, model: str, model_dir: Path) -> dict[str, str]:
+        """Copy the chosen plan and its metadata into ``model_dir/1``; {relative path: sha256}."""
+        result = self.chosen(model)
+        if result is None or result.plan is None:
+            return {}
+        version = model_dir / "1"
+        version.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(result.plan, version / result.plan.name)
+        shutil.copy2(metadata_path(result.plan), version / metadata_path(result.plan).name)
+        return {f"{model_dir.name}/1/{result.plan.name}": sha256(version / result.plan.name)}
+
+    def problems(self) -> list[str]:
+        return [
+            f"{r.model} {r.precision.value}: {r.message}"
+            for results in self.results.values()
+            for r in results
+            if r.status is Status.FAILED
+        ]
+
+
+def skip_message(models: Iterable[ModelSpec], availability: TensorRTAvailability) -> str:
+    """One line: which plans were not built here and why."""
+    plans = [f"{m.name} ({', '.join(p.value for p in wanted_precisions(m))})" for m in models]
+    return f"engines: skipped TensorRT plans for {', '.join(plans) or 'no models'}: {availability.reason}"
+
+
+def build_all(
+    builds: list[ModelBuild],
+    ctx: BuildContext,
+    *,
+    require: bool,
+    if_stale: bool = True,
+    availability: TensorRTAvailability | None = None,
+) -> EngineSet:
+    found = availability or detect()
+    engines = EngineSet(found, served={b.spec.name: b.served for b in builds if b.served is not None})
+    if not found.available:
+        message = skip_message((b.spec for b in builds), found)
+        if require:
+            raise EnginesRequired(message + " (--require-engines)")
+        ctx.log(message)
+        return engines
+    root = ctx.cache.root
+    for b in builds:
+        engines.results[b.spec.name] = plan_engines(
+            b.spec,
+            b.variants,
+            b.calibration_table,
+            root / b.spec.name / "engines",
+            root / "tensorrt",
+            evaluation=_evaluation(b),
+            precisions=[p for p in wanted_precisions(b.spec) if p in b.passed],
+            availability=found,
+            if_stale=if_stale,
+        )
+        _log_results(engines.results[b.spec.name], ctx.log)
+    problems = engines.problems()
+    if require and problems:
+        raise EnginesRequired("; ".join(problems))
+    return engines
+
+
+def _evaluation(b: ModelBuild) -> Evaluation:
+    ref = next(s.out for s in b.stages if s.name == "reference")
+    with np.load(ref / "inputs.npz", allow_pickle=False) as i, np.load(ref / "reference.npz") as r:
+        return Evaluation({k: i[k] for k in i.files}, {k: r[k] for k in r.files})
+
+
+def _log_results(results: list[EngineResult], log: Callable[[str], None]) -> None:
+    for r in results:
+        log(
+            f"[{r.model}] engine {r.precision.value}: {r.status.value}"
+            + (f": {r.message}" if r.message else "")
+        )
+
+
+def _plan_hash(result: EngineResult) -> str:
+    return sha256(result.plan) if result.plan is not None and result.plan.is_file() else "-"

@@ -1,0 +1,62 @@
+"""``tritonforge engines``: TensorRT plans for the gpu target, built on this machine.
+
+Where TensorRT or a GPU is missing it prints one line naming the plans it skipped
+and why, and exits 0 (2 with ``--require-engines``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from builder.engines.build import EnginesRequired, skip_message
+from builder.engines.detect import detect
+from builder.spec import load_spec
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("engines", help="build and verify TensorRT plans (on a GPU host)")
+    p.add_argument("--spec", type=Path, default=Path("models.yaml"), help="the spec (default: models.yaml)")
+    p.add_argument("--repo", type=Path, default=Path("model_repository"), help="output repository folder")
+    p.add_argument("--cache", type=Path, default=None, help="stage cache (default: .tritonforge/cache)")
+    p.add_argument(
+        "--if-stale",
+        action="store_true",
+        help="rebuild only plans whose TensorRT version, GPU, ONNX or options changed",
+    )
+    p.add_argument("--require-engines", action="store_true", help="exit 2 when a plan cannot be built")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec_file = Path(args.spec).resolve()
+    spec = load_spec(spec_file)
+    found = detect()
+    if not found.available:
+        line = skip_message(spec.models, found)
+        if args.require_engines:
+            print(f"error: {line} (--require-engines)", file=sys.stderr)
+            return EnginesRequired.exit_code
+        print(line)
+        return 0
+    cache = args.cache or spec_file.parent / ".tritonforge" / "cache"
+    if not args.if_stale:
+        for model in spec.models:
+            shutil.rmtree(cache / model.name / "engines", ignore_errors=True)
+    from builder.pipeline import BuildOptions, build
+    from builder.summary import render
+
+    result = build(
+        BuildOptions(
+            spec_file=spec_file,
+            repo=args.repo,
+            target="gpu",
+            cache_dir=cache,
+            require_engines=args.require_engines,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    )
+    print(render(result))
+    return 0

@@ -1,0 +1,217 @@
+"""Plans for one model: build each in the worker, verify, then keep it with its metadata.
+
+Layout under ``out_dir`` (one model): ``<precision>/model.plan`` (or ``model.smXY.plan``
+with ``cc_model_filenames``) and beside it ``.json`` (metadata), ``.repro.sh``
+(the ``trtexec`` command) and ``.log`` (TensorRT's output).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import ValidationError
+
+from builder.engines.detect import TensorRTAvailability, detect
+from builder.engines.isolate import run_worker
+from builder.engines.metadata import (
+    PlanMetadata,
+    fingerprint,
+    metadata_path,
+    sha256,
+    stale_reason,
+    write_metadata,
+)
+from builder.engines.options import EngineOptions, plan_filename
+from builder.engines.repro import write_repro
+from builder.engines.request import PLAN_PRECISIONS, BuildRequest, RecipeError, make_request
+from builder.errors import SpecError
+from builder.spec import ModelSpec, Precision
+
+
+class Status(str, Enum):
+    BUILT = "built"  # built and verified now
+    FRESH = "fresh"  # an earlier plan still fits this machine, model and options
+    FAILED = "failed"
+    SKIPPED = "skipped"  # no TensorRT or no GPU here
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    model: str
+    precision: Precision
+    status: Status
+    message: str = ""
+    plan: Path | None = None  # set only for a verified plan (BUILT or FRESH)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (Status.BUILT, Status.FRESH)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Evaluation inputs and the reference outputs the CPU variants are verified against."""
+
+    inputs: Mapping[str, NDArray[Any]]
+    reference: Mapping[str, NDArray[Any]]
+
+
+def engine_options(model: ModelSpec) -> EngineOptions:
+    raw: object = model.engine
+    if isinstance(raw, EngineOptions):
+        return raw
+    try:
+        return EngineOptions.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = "engine." + ".".join(str(p) for p in err["loc"])
+        raise SpecError(err["msg"], model=model.name, field=field) from None
+
+
+def wanted_precisions(model: ModelSpec) -> list[Precision]:
+    return [p for p in model.precisions if p in PLAN_PRECISIONS]
+
+
+def plan_engines(
+    model: ModelSpec,
+    variants: dict[Precision, Path],
+    calibration_table: Path | None,
+    out_dir: Path,
+    cache_dir: Path,
+    *,
+    evaluation: Evaluation,
+    precisions: list[Precision] | None = None,
+    availability: TensorRTAvailability | None = None,
+    if_stale: bool = True,
+) -> list[EngineResult]:
+    """One verified plan per precision; ``if_stale`` keeps plans that still fit."""
+    found = availability or detect()
+    wanted = wanted_precisions(model) if precisions is None else precisions
+    if not found.available:
+        return [EngineResult(model.name, p, Status.SKIPPED, found.reason) for p in wanted]
+    options = engine_options(model)
+    job = _Job(model, options, variants, calibration_table, found, out_dir, cache_dir, evaluation)
+    return [job.plan(p, if_stale) for p in wanted]
+
+
+@dataclass
+class _Job:
+    model: ModelSpec
+    options: EngineOptions
+    variants: dict[Precision, Path]
+    calibration_table: Path | None
+    found: TensorRTAvailability
+    out_dir: Path
+    cache_dir: Path
+    evaluation: Evaluation
+
+    def plan(self, precision: Precision, if_stale: bool) -> EngineResult:
+        assert self.found.gpu is not None and self.found.version is not None
+        cc = self.found.gpu.compute_capability
+        plan = self.out_dir / precision.value / plan_filename(self.options, cc)
+        cache = self.cache_dir / f"timing-trt{self.found.version}-sm{cc.replace('.', '')}.cache"
+        try:
+            req = make_request(
+                self.model,
+                self.options,
+                precision,
+                self.variants,
+                self.calibration_table,
+                self.found.major,
+                plan=plan,
+                timing_cache=cache,
+            )
+        except RecipeError as exc:
+            return self._failed(precision, plan, str(exc))
+        if if_stale and stale_reason(plan, self.found, fingerprint(req)) is None:
+            return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan)
+        return self._build(precision, req, plan)
+
+    def _build(self, precision: Precision, req: BuildRequest, plan: Path) -> EngineResult:
+        staging = plan.parent / ".staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        req.plan = str(staging / plan.name)
+        req.eval_inputs = str(staging / "inputs.npz")
+        req.eval_outputs = str(staging / "outputs.npz")
+        np.savez(req.eval_inputs, **dict(self.evaluation.inputs))
+        (staging / "request.json").write_text(req.to_json(), encoding="utf-8")
+        gpu = self.found.gpu
+        assert gpu is not None
+        repro = write_repro(
+            req,
+            plan,
+            f"{self.model.name} {precision.value}: rebuilds this plan as tritonforge did "
+            f"(TensorRT {self.found.version}, {gpu.name}, sm {gpu.compute_capability}); run it where "
+            "trtexec is, e.g. the TensorRT or Triton container",
+        )
+        log = plan.with_name(plan.name + ".log")
+        log.write_bytes(b"")
+        outcome = run_worker(staging / "request.json", log, self.options.build_timeout_s)
+        where = f"(log: {log}; reproduce: {repro})"
+        if not outcome.ok:
+            return self._failed(precision, plan, f"{outcome.message} {where}", staging)
+        failures, metrics = self._verify(precision, Path(req.eval_outputs))
+        if failures:
+            return self._failed(
+                precision, plan, "the plan failed verification: " + "; ".join(failures), staging
+            )
+        return self._keep(precision, req, plan, Path(req.plan), metrics, staging)
+
+    def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
+        """The same comparison and tolerance as the CPU variants of this precision."""
+        from builder.stages.verify import compare
+
+        with np.load(outputs_file, allow_pickle=False) as data:
+            outputs = {k: data[k] for k in data.files}
+        tolerance = self.model.tolerances[precision]
+        metrics, failures = compare(dict(self.evaluation.reference), outputs, tolerance, self.model.outputs)
+        return failures, {name: asdict(m) for name, m in metrics.items()}
+
+    def _keep(
+        self,
+        precision: Precision,
+        req: BuildRequest,
+        plan: Path,
+        built: Path,
+        metrics: dict[str, object],
+        staging: Path,
+    ) -> EngineResult:
+        gpu = self.found.gpu
+        assert gpu is not None and self.found.version is not None
+        fp = fingerprint(req)
+        built.replace(plan)
+        write_metadata(
+            plan,
+            PlanMetadata(
+                model=self.model.name,
+                precision=precision.value,
+                tensorrt_version=self.found.version,
+                gpu_name=gpu.name,
+                compute_capability=gpu.compute_capability,
+                hardware_compatibility=req.hardware_compatibility,
+                onnx_sha256=fp.onnx_sha256,
+                options_sha256=fp.options_sha256,
+                plan_sha256=sha256(plan),
+                verification=metrics,
+            ),
+        )
+        shutil.rmtree(staging, ignore_errors=True)
+        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified", plan)
+
+    def _failed(
+        self, precision: Precision, plan: Path, message: str, staging: Path | None = None
+    ) -> EngineResult:
+        # An old plan that could not be rebuilt must never be served: drop it with its metadata.
+        plan.unlink(missing_ok=True)
+        metadata_path(plan).unlink(missing_ok=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        return EngineResult(self.model.name, precision, Status.FAILED, message)

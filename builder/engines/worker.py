@@ -1,0 +1,55 @@
+"""The build worker: ``python -m builder.engines.worker REQUEST.json``.
+
+Runs in its own process so that a TensorRT crash fails one plan, not the build.
+Builds the plan, then runs it on the evaluation inputs for the parent to verify.
+A failure ends with one ``ERROR_PREFIX`` line on stderr and exit status 3.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from builder.engines.isolate import ERROR_PREFIX
+
+EXIT_FAILED = 3
+
+
+def main(argv: list[str]) -> int:
+    from builder.engines.request import BuildRequest
+    from builder.engines.trt_loader import EngineBuildError, build_plan
+
+    req = BuildRequest.from_json(Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        plan = build_plan(req)
+    except EngineBuildError as exc:
+        return _fail(str(exc))
+    _write(Path(req.plan), plan)
+    print(f"built {req.plan} ({len(plan)} bytes)", flush=True)
+    if req.eval_inputs and req.eval_outputs:
+        from builder.engines.trt_runner import run_plan
+
+        inputs = dict(np.load(req.eval_inputs, allow_pickle=False))
+        try:
+            outputs = run_plan(plan, inputs, req.batch_size)
+        except Exception as exc:  # a plan that does not run is a failed plan, with the reason
+            return _fail(f"the plan was built but running it failed: {type(exc).__name__}: {exc}")
+        np.savez(req.eval_outputs, **outputs)
+    return 0
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _fail(message: str) -> int:
+    print(ERROR_PREFIX + " ".join(message.split()), file=sys.stderr, flush=True)
+    return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Build stages: each a plain function from a model spec and artifacts to new artifacts."""

@@ -1,0 +1,137 @@
+"""Stage 2: check the exported graph, hold it against the spec, simplify it.
+
+The graph is the authority: where the spec disagrees with it (names, dtypes, ranks, static dims, a
+fixed batch dim), the spec is wrong and the error names the spec field to fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from builder.dtypes import FROM_ONNX
+from builder.errors import SpecError
+from builder.spec import ModelSpec, TensorSpec
+
+log = logging.getLogger(__name__)
+
+
+def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Path:
+    """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false``, save ``out``."""
+    _run_checker(onnx_in, model, spec_file=spec_file)
+    graph = onnx.shape_inference.infer_shapes(onnx.load(onnx_in))
+    compare(model, graph, spec_file=spec_file)
+    if model.simplify:
+        graph = _simplified(model, graph, spec_file=spec_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(graph, out)
+    return out
+
+
+def compare(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
+    """Raise SpecError at the first spec field the graph's inputs or outputs contradict."""
+    weights = {init.name for init in graph.graph.initializer}
+    inputs = [v for v in graph.graph.input if v.name not in weights]
+    _compare_side("inputs", model, model.inputs, inputs, spec_file)
+    _compare_side("outputs", model, model.outputs, list(graph.graph.output), spec_file)
+
+
+def _run_checker(target: Path | onnx.ModelProto, model: ModelSpec, *, spec_file: Path) -> None:
+    try:
+        # A path, not a proto, so that models over 2 GB can be checked too.
+        onnx.checker.check_model(str(target) if isinstance(target, Path) else target, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        first = (str(exc).strip().splitlines() or ["invalid model"])[0]
+        raise SpecError(f"ONNX checker: {first}", file=spec_file, model=model.name, field="source") from None
+
+
+def _simplified(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> onnx.ModelProto:
+    """onnxsim's graph, if it simplifies, still passes the checker and still matches the spec."""
+    import onnxsim  # type: ignore[import-untyped]
+
+    try:
+        simple: onnx.ModelProto
+        simple, ok = onnxsim.simplify(graph)
+        if not ok:
+            raise ValueError("onnxsim's own check failed")
+        _run_checker(simple, model, spec_file=spec_file)
+        compare(model, simple, spec_file=spec_file)
+    except Exception as exc:  # onnxsim raises anything; the checked graph is still good
+        log.warning("model '%s': simplification skipped: %s", model.name, str(exc).splitlines()[0][:200])
+        return graph
+    return simple
+
+
+def _compare_side(
+    kind: str, model: ModelSpec, specs: list[TensorSpec], values: list[onnx.ValueInfoProto], spec_file: Path
+) -> None:
+    by_name = {v.name: v for v in values}
+    wanted = {t.name for t in specs}
+    for i, t in enumerate(specs):
+        if t.name not in by_name:
+            raise SpecError(
+                f"graph has no {kind[:-1]} '{t.name}' (graph {kind}: {sorted(by_name)})",
+                file=spec_file,
+                model=model.name,
+                field=f"{kind}[{i}].name",
+            )
+    for name in by_name:
+        if name not in wanted:
+            raise SpecError(
+                f"graph {kind[:-1]} '{name}' is not in the spec", file=spec_file, model=model.name, field=kind
+            )
+    for i, t in enumerate(specs):
+        problem = _tensor_problem(model, t, by_name[t.name])
+        if problem:
+            field, message = problem
+            where = field if field == "max_batch_size" else f"{kind}[{i}].{field}"
+            raise SpecError(message, file=spec_file, model=model.name, field=where)
+
+
+def _tensor_problem(model: ModelSpec, t: TensorSpec, value: onnx.ValueInfoProto) -> tuple[str, str] | None:
+    """(field, message) of the first disagreement between a spec tensor and a graph tensor."""
+    if not value.type.HasField("tensor_type"):
+        return "dtype", f"graph '{t.name}' is not a tensor ({value.type.WhichOneof('value')})"
+    tensor = value.type.tensor_type
+    graph_dtype = FROM_ONNX.get(tensor.elem_type)
+    if graph_dtype is not t.dtype:
+        said = graph_dtype.value if graph_dtype else TensorProto.DataType.Name(tensor.elem_type)
+        return "dtype", f"graph says {said}, spec says {t.dtype.value}"
+    if not tensor.HasField("shape"):
+        return "dims", f"graph gives '{t.name}' no shape; cannot check dims {t.dims}"
+    return _shape_problem(model, t, list(tensor.shape.dim))
+
+
+def _shape_problem(
+    model: ModelSpec, t: TensorSpec, dims: list[onnx.TensorShapeProto.Dimension]
+) -> tuple[str, str] | None:
+    batched = model.max_batch_size > 0
+    shape = _shape_text(dims)
+    if len(dims) != len(t.dims) + batched:
+        hint = (
+            "; dims exclude the batch dimension, which max_batch_size > 0 adds in front"
+            if batched
+            else "; with max_batch_size 0, dims are the full shape"
+        )
+        return (
+            "dims",
+            f"graph shape {shape} has rank {len(dims)}, spec dims {t.dims} give rank "
+            f"{len(t.dims) + batched}{hint}",
+        )
+    if batched and dims[0].HasField("dim_value"):
+        return "max_batch_size", (
+            f"graph fixes the batch dim of '{t.name}' to {dims[0].dim_value} (shape {shape}); "
+            f"max_batch_size {model.max_batch_size} needs it dynamic (or use max_batch_size 0 with full dims)"
+        )
+    for axis, (g, s) in enumerate(zip(dims[batched:], t.dims, strict=True)):
+        if g.HasField("dim_value") and g.dim_value != s:
+            return "dims", f"axis {axis} (graph shape {shape}): graph says {g.dim_value}, spec says {s}"
+    return None
+
+
+def _shape_text(dims: list[onnx.TensorShapeProto.Dimension]) -> str:
+    parts = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    return "[" + ", ".join(parts) + "]"

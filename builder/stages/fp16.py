@@ -1,0 +1,77 @@
+"""FP16 variant: float16 weights and compute, FP32 inputs and outputs kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxconverter_common import float16
+
+from builder.errors import BuildError
+
+_PROBE_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def convert_fp16(fp32_onnx: Path, out: Path) -> Path:
+    """Convert with onnxconverter-common (keep_io_types) and check ORT CPU loads and runs it."""
+    model = onnx.load(str(fp32_onnx))
+    half = float16.convert_float_to_float16(model, keep_io_types=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    onnx.save(half, str(tmp))
+    try:
+        _check_runs(tmp, fp32_onnx)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+    return out
+
+
+def _check_runs(path: Path, fp32_onnx: Path) -> None:
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own exception types for invalid graphs
+        raise BuildError(
+            f"{fp32_onnx.name}: fp16: ONNX Runtime cannot load the converted model: {exc}"
+        ) from exc
+    feed = _probe(session)
+    if feed is None:
+        return
+    try:
+        session.run(None, feed)
+    except Exception as exc:
+        if _runs(fp32_onnx, feed):  # the probe suits the model, so the conversion broke it
+            raise BuildError(f"{fp32_onnx.name}: fp16: the converted model fails to run: {exc}") from exc
+
+
+def _probe(session: ort.InferenceSession) -> dict[str, np.ndarray] | None:
+    """Small ones for every input (dynamic dims as 1), or None for unsupported input types."""
+    feed = {}
+    for arg in session.get_inputs():
+        dtype = _PROBE_TYPES.get(arg.type)
+        if dtype is None:
+            return None
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
+        feed[arg.name] = np.ones(shape, dtype=dtype)
+    return feed
+
+
+def _runs(path: Path, feed: dict[str, np.ndarray]) -> bool:
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,220 @@
+"""Accuracy of a variant against the reference outputs, and its in-process speed.
+
+Arrays carry a leading sample axis. Models with ``max_batch_size: 0`` have no batch
+axis, so their samples run one at a time (``batch_size=0``) and outputs are stacked.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from builder.errors import SpecError
+from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
+
+# float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
+ROUNDING = 1e-9
+
+
+@dataclass
+class OutputMetrics:
+    min_cosine: float | None
+    mean_cosine: float | None
+    max_abs: float | None
+    top1: float | None
+    exact: bool | None
+
+
+@dataclass
+class VariantReport:
+    precision: Precision
+    passed: bool
+    metrics: dict[str, OutputMetrics]
+    failures: list[str]
+    ms_per_sample: float | None
+
+    def to_json(self) -> dict:
+        return {
+            "precision": self.precision.value,
+            "passed": self.passed,
+            "metrics": {name: _json_metrics(m) for name, m in self.metrics.items()},
+            "failures": list(self.failures),
+            "ms_per_sample": _finite_or_none(self.ms_per_sample),
+        }
+
+
+def session(path: Path, threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_onnx(
+    path: Path, inputs: dict[str, np.ndarray], *, batch_size: int, threads: int = 0
+) -> dict[str, np.ndarray]:
+    """Run on ORT CPU in batches of ``batch_size`` (0: one sample at a time, no batch axis)."""
+    return run_session(session(path, threads), inputs, batch_size=batch_size)
+
+
+def run_session(
+    sess: ort.InferenceSession, inputs: dict[str, np.ndarray], *, batch_size: int
+) -> dict[str, np.ndarray]:
+    names = [o.name for o in sess.get_outputs()]
+    count = next(iter(inputs.values())).shape[0]
+    parts: list[list[np.ndarray]] = []
+    for start in range(0, count, max(batch_size, 1)):
+        if batch_size == 0:
+            feed = {k: v[start] for k, v in inputs.items()}
+            parts.append([o[np.newaxis] for o in sess.run(names, feed)])
+        else:
+            feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
+            parts.append(sess.run(names, feed))
+    return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
+
+
+def compare(
+    reference: dict[str, np.ndarray],
+    candidate: dict[str, np.ndarray],
+    tolerance: Tolerance,
+    outputs: list[TensorSpec],
+) -> tuple[dict[str, OutputMetrics], list[str]]:
+    """Metrics for every output; failures (``output 'x' ...``) only for the checked ones."""
+    metrics: dict[str, OutputMetrics] = {}
+    failures: list[str] = []
+    checked = set(tolerance.outputs) or {o.name for o in outputs}
+    for spec in outputs:
+        if spec.name not in reference:
+            if spec.name in checked:
+                failures.append(f"output '{spec.name}' has no reference to compare against")
+            continue
+        ref, cand = reference[spec.name], candidate.get(spec.name)
+        if cand is None:
+            failures.append(f"output '{spec.name}' is missing")
+            continue
+        if ref.shape != cand.shape:
+            failures.append(f"output '{spec.name}' has shape {list(cand.shape)}, reference {list(ref.shape)}")
+            continue
+        metrics[spec.name] = output_metrics(ref, cand)
+        failures += _nonfinite(spec.name, ref, cand)
+        if spec.name in checked:
+            failures += _over(spec, metrics[spec.name], tolerance)
+    return metrics, failures
+
+
+def output_metrics(ref: np.ndarray, cand: np.ndarray) -> OutputMetrics:
+    if ref.dtype.kind not in "fc" or cand.dtype.kind not in "fc":
+        return OutputMetrics(None, None, None, None, exact=bool(np.array_equal(ref, cand)))
+    a = ref.reshape(ref.shape[0], -1).astype(np.float64)
+    b = cand.reshape(cand.shape[0], -1).astype(np.float64)
+    cos = _cosines(a, b)
+    diff = np.abs(a - b)
+    max_abs = float(np.max(diff))  # NaN when any value is NaN: fails every max_abs check
+    top1 = None
+    if ref.ndim >= 2 and ref.shape[-1] > 1:
+        top1 = float(np.mean(np.argmax(ref, axis=-1) == np.argmax(cand, axis=-1)))
+    return OutputMetrics(float(cos.min()), float(cos.mean()), max_abs, top1, exact=None)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-sample cosine; two zero vectors agree (1), one zero vector does not (0)."""
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        cos = np.sum(a * b, axis=1) / (na * nb)
+    cos = np.where((na == 0) & (nb == 0), 1.0, cos)
+    cos = np.where((na == 0) ^ (nb == 0), 0.0, cos)
+    return np.where(np.isfinite(cos), np.clip(cos, -1.0, 1.0), -1.0)
+
+
+def _nonfinite(name: str, ref: np.ndarray, cand: np.ndarray) -> list[str]:
+    if cand.dtype.kind not in "fc":
+        return []
+    bad = ~np.isfinite(cand) & np.isfinite(ref)
+    count = int(bad.sum())
+    return [f"output '{name}' has {count} NaN/inf values where the reference is finite"] if count else []
+
+
+def _over(spec: TensorSpec, m: OutputMetrics, tol: Tolerance) -> list[str]:
+    out = []
+    name = f"output '{spec.name}'"
+    if m.exact is not None:
+        if tol.exact and not m.exact:
+            out.append(f"{name} differs from the reference (exact required)")
+        return out
+    for field in ("min_cosine", "mean_cosine", "top1"):
+        got, limit = getattr(m, field), getattr(tol, field)
+        if limit is not None and got is not None and not got >= limit - ROUNDING:
+            out.append(f"{name} {field} {got:.4f} < {limit} allowed")
+    if tol.max_abs is not None and m.max_abs is not None and not m.max_abs <= tol.max_abs:
+        out.append(f"{name} max_abs {m.max_abs:.4g} > {tol.max_abs} allowed")
+    return out
+
+
+def verify_variant(
+    model: ModelSpec,
+    precision: Precision,
+    onnx_path: Path,
+    inputs: dict[str, np.ndarray],
+    reference: dict[str, np.ndarray],
+) -> VariantReport:
+    """Run the variant on ``inputs``, compare with ``reference`` under the model's tolerance."""
+    tolerance = model.tolerances.get(precision)
+    field = f"tolerances.{precision.value}"
+    if tolerance is None:
+        raise SpecError("no tolerance for this precision", model=model.name, field=field)
+    unknown = sorted(set(tolerance.outputs) - {o.name for o in model.outputs})
+    if unknown:
+        raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
+    sess = session(onnx_path, model.serve.threads)
+    candidate = run_session(sess, inputs, batch_size=_batch(model))
+    metrics, failures = compare(reference, candidate, tolerance, model.outputs)
+    failures = [f"{precision.value}: {f}" for f in failures]
+    ms = _time_session(sess, model, inputs)
+    return VariantReport(precision, not failures, metrics, failures, ms)
+
+
+def time_variant(
+    model: ModelSpec, onnx_path: Path, inputs: dict[str, np.ndarray], *, repeats: int = 5
+) -> float:
+    """In-process ms per sample at ``model.opt_batch()``: median of ``repeats`` after a warm-up."""
+    return _time_session(session(onnx_path, model.serve.threads), model, inputs, repeats=repeats)
+
+
+def _time_session(
+    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, np.ndarray], *, repeats: int = 5
+) -> float:
+    batch = model.opt_batch()
+    feed = {k: _take(v, batch) for k, v in inputs.items()}
+    if model.max_batch_size == 0:
+        feed = {k: v[0] for k, v in feed.items()}
+        batch = 1
+    sess.run(None, feed)  # warm-up
+    times = []
+    for _ in range(max(repeats, 1)):
+        start = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000.0 / batch
+
+
+def _take(array: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` samples, repeating them when there are fewer."""
+    reps = -(-n // array.shape[0])
+    return np.concatenate([array] * reps)[:n] if reps > 1 else array[:n]
+
+
+def _batch(model: ModelSpec) -> int:
+    return model.max_batch_size  # 0: no batch axis, one sample per run
+
+
+def _json_metrics(m: OutputMetrics) -> dict:
+    return {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(m).items()}
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None

@@ -1,0 +1,107 @@
+"""`python -m clients`: quick calls from a shell.
+
+python -m clients -u 127.0.0.1:8001 ready --model simple
+python -m clients -u 127.0.0.1:8001 metadata simple
+python -m clients -u http://127.0.0.1:8000 infer simple -i INPUT0='[[1,2,...]]' -i INPUT1=ones.npy
+python -m clients -u 127.0.0.1:8001 embed "a sentence" "another one"
+python -m clients -u 127.0.0.1:8001 classify cat.jpg dog.png --top-k 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+from tritonclient.utils import triton_to_np_dtype
+
+from .client import Client
+from .errors import TritonClientError
+from .model import ModelInfo
+from .tasks import Classifier, Embedder
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m clients", description="Call a Triton server.")
+    parser.add_argument("-u", "--url", default="127.0.0.1:8001", help="host:port, grpc://... or http://...")
+    parser.add_argument("-p", "--protocol", choices=["grpc", "http"], help="default: from the URL, else grpc")
+    parser.add_argument(
+        "-t", "--timeout", type=float, default=60.0, help="seconds per call, retries included"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    ready = sub.add_parser("ready", help="wait until the server (and a model) is ready")
+    ready.add_argument("--model")
+    ready.add_argument("--wait", type=float, default=30.0)
+    for name in ("metadata", "config"):
+        sub.add_parser(name, help=f"print a model's {name} as JSON").add_argument("model")
+    infer = sub.add_parser("infer", help="run one inference, print the outputs as JSON")
+    infer.add_argument("model")
+    infer.add_argument("-i", "--input", action="append", default=[], metavar="NAME=JSON|FILE.npy")
+    infer.add_argument("-o", "--output", action="append", help="outputs to return (default: all)")
+    infer.add_argument("--shm", action="store_true", help="send tensors through system shared memory")
+    embed = sub.add_parser("embed", help="print embeddings of texts as JSON")
+    embed.add_argument("texts", nargs="+")
+    embed.add_argument("--model", default="minilm_embed")
+    classify = sub.add_parser("classify", help="print the top classes of images")
+    classify.add_argument("images", nargs="+")
+    classify.add_argument("--model", default="resnet18_image")
+    classify.add_argument("--top-k", type=int, default=5)
+    return parser
+
+
+def _read_input(info: ModelInfo, item: str) -> tuple[str, np.ndarray]:
+    name, sep, value = item.partition("=")
+    if not sep or name not in info.inputs:
+        raise SystemExit(f"--input wants NAME=VALUE with NAME one of {', '.join(info.inputs)}; got {item!r}")
+    if value.endswith(".npy"):
+        return name, np.load(value, allow_pickle=False)
+    datatype = info.inputs[name].datatype
+    if datatype == "BYTES":
+        return name, np.array(json.loads(value), dtype=object)
+    return name, np.array(json.loads(value), dtype=triton_to_np_dtype(datatype))
+
+
+def _jsonable(array: np.ndarray) -> Any:
+    if array.dtype == object:
+        return [_jsonable(a) if isinstance(a, np.ndarray) else a.decode() for a in array]
+    return array.tolist()
+
+
+def _run(args: argparse.Namespace) -> None:
+    kwargs = {"protocol": args.protocol, "timeout": args.timeout}
+    if args.command == "embed":
+        with Embedder(args.url, args.model, **kwargs) as embedder:
+            print(json.dumps(embedder.embed(args.texts).tolist()))
+        return
+    if args.command == "classify":
+        with Classifier(args.url, args.model, **kwargs) as classifier:
+            for path, preds in zip(args.images, classifier.classify(args.images, args.top_k), strict=True):
+                print(path + ": " + ", ".join(f"{p.label} ({p.score:.4g})" for p in preds))
+        return
+    with Client(args.url, **kwargs) as client:
+        if args.command == "ready":
+            client.wait_until_ready(args.wait, model=args.model)
+            print("ready")
+        elif args.command in ("metadata", "config"):
+            print(json.dumps(getattr(client, args.command)(args.model), indent=2))
+        else:
+            info = client.model(args.model)
+            inputs = dict(_read_input(info, item) for item in args.input)
+            outputs = client.infer(args.model, inputs, args.output, shm=args.shm or None)
+            print(json.dumps({name: _jsonable(value) for name, value in outputs.items()}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        _run(args)
+    except TritonClientError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

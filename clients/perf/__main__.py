@@ -1,0 +1,5 @@
+import sys
+
+from clients.perf.cli import main
+
+sys.exit(main())

@@ -1,0 +1,122 @@
+"""Task clients: text embeddings (`minilm_embed`) and image classification (`resnet18_image`).
+
+Both find their tensor names in the model's metadata, so they follow the repository, not a copy.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .client import Client
+from .errors import InvalidInput
+from .model import ModelInfo, TensorInfo
+
+
+def _only(tensors: dict[str, TensorInfo], what: str, info: ModelInfo) -> TensorInfo:
+    if len(tensors) != 1:
+        raise InvalidInput(f"model '{info.name}' must have exactly one {what}, has {', '.join(tensors)}")
+    return next(iter(tensors.values()))
+
+
+def _strings(items: list[bytes], spec: TensorInfo) -> np.ndarray:
+    """A BYTES batch shaped [N, 1, ...] (or [N]) as the input's metadata says."""
+    return np.array(items, dtype=object).reshape(len(items), *(1 for _ in spec.shape[1:]))
+
+
+class Embedder:
+    """`Embedder(url).embed(["a text", ...])` -> float32 array [N, dim] (unit vectors for MiniLM)."""
+
+    def __init__(
+        self, url: str, model: str = "minilm_embed", protocol: str | None = None, **kwargs: Any
+    ) -> None:
+        self.client, self.model = Client(url, protocol, **kwargs), model
+
+    def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> np.ndarray:
+        info = self.client.model(self.model)
+        spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
+        items = [texts] if isinstance(texts, str) else list(texts)
+        if not items:
+            return np.zeros((0, out.shape[-1]), dtype=np.float32)
+        data = _strings([t.encode("utf-8") for t in items], spec)
+        result = self.client.infer(self.model, {spec.name: data}, timeout=timeout)[out.name]
+        return result.reshape(len(items), -1).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Embedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    score: float
+    index: int
+
+
+Image = bytes | str | PathLike | np.ndarray | Any  # Any: a PIL.Image.Image
+
+
+def image_bytes(image: Image) -> bytes:
+    """Encoded image bytes: bytes as they are, a path's content, arrays and PIL images as PNG."""
+    if isinstance(image, bytes):
+        return image
+    if isinstance(image, (str, PathLike)):
+        return Path(image).read_bytes()
+    from PIL import Image as PILImage  # optional: only to encode arrays and PIL images
+
+    picture = PILImage.fromarray(image) if isinstance(image, np.ndarray) else image
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def parse_class(entry: bytes) -> Prediction:
+    """Triton's classification entry `score:index[:label]`."""
+    parts = entry.decode("utf-8").split(":", 2)
+    index = int(parts[1])
+    return Prediction(parts[2] if len(parts) > 2 else str(index), float(parts[0]), index)
+
+
+class Classifier:
+    """`Classifier(url).classify(["cat.jpg", ...], top_k=5)` -> one list of Predictions per image,
+    best first, using Triton's classification extension (labels come from the model's label file)."""
+
+    def __init__(
+        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **kwargs: Any
+    ) -> None:
+        self.client, self.model = Client(url, protocol, **kwargs), model
+
+    def classify(
+        self, images: Sequence[Image] | Image, top_k: int = 5, timeout: float | None = None
+    ) -> list[list[Prediction]]:
+        info = self.client.model(self.model)
+        spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
+        single = isinstance(images, (bytes, str, PathLike, np.ndarray)) or not isinstance(images, Sequence)
+        items = [images] if single else list(images)
+        if not items:
+            return []
+        data = _strings([image_bytes(i) for i in items], spec)
+        result = self.client.infer(self.model, {spec.name: data}, timeout=timeout, class_count=top_k)
+        rows = result[out.name].reshape(len(items), -1)
+        return [[parse_class(e) for e in row] for row in rows]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Classifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

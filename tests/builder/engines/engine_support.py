@@ -1,0 +1,137 @@
+"""Helpers and fixtures for the engine tests: the recording TensorRT double, a tiny ONNX model and spec.
+
+Only TensorRT is replaced (by ``trt_double/tensorrt``); the spec, ONNX files,
+subprocesses, ONNX Runtime and the verification code are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from builder.engines.detect import GPU, TensorRTAvailability
+from builder.spec import ModelSpec, Precision
+
+DOUBLE_DIR = Path(__file__).parent / "trt_double"
+
+
+class TrtDouble:
+    """Handle on the recording double: its module and the journal its subprocesses write."""
+
+    def __init__(self, module: ModuleType, journal: Path) -> None:
+        self.module = module
+        self.journal = journal
+
+    def events(self) -> list[list[Any]]:
+        """Calls recorded in this process and in build subprocesses (all go to the journal file)."""
+        if not self.journal.is_file():
+            return []
+        return [json.loads(line) for line in self.journal.read_text().splitlines()]
+
+    def named(self, name: str) -> list[list[Any]]:
+        return [e[1:] for e in self.events() if e[0] == name]
+
+
+def _install_double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: str) -> Iterator[TrtDouble]:
+    journal = tmp_path / "trt_journal.jsonl"
+    monkeypatch.setenv("TRT_DOUBLE_VERSION", version)
+    monkeypatch.setenv("PYTHONPATH", str(DOUBLE_DIR))  # for build subprocesses
+    monkeypatch.syspath_prepend(str(DOUBLE_DIR))
+    saved = sys.modules.pop("tensorrt", None)
+    import tensorrt
+
+    monkeypatch.setenv("TRT_DOUBLE_JOURNAL", str(journal))
+    tensorrt.JOURNAL.clear()
+    yield TrtDouble(tensorrt, journal)
+    sys.modules.pop("tensorrt", None)
+    if saved is not None:
+        sys.modules["tensorrt"] = saved
+
+
+@pytest.fixture
+def trt10(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrtDouble]:
+    yield from _install_double(monkeypatch, tmp_path, "10.13.0.35")
+
+
+@pytest.fixture
+def trt11(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrtDouble]:
+    yield from _install_double(monkeypatch, tmp_path, "11.4.0.1")
+
+
+@pytest.fixture
+def a10() -> TensorRTAvailability:
+    return TensorRTAvailability(True, "test machine", "10.13.0.35", GPU("NVIDIA A10", "8.6"))
+
+
+def write_onnx(path: Path, doc: str) -> Path:
+    """input [N, 3, H, W] -> Relu -> logits: dynamic batch and spatial dims."""
+    shape = ["N", 3, "H", "W"]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["input"], ["logits"], name="relu0")],
+        "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], doc_string=doc)
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def variants(tmp_path: Path) -> dict[Precision, Path]:
+    folder = tmp_path / "variants"
+    folder.mkdir()
+    return {
+        p: write_onnx(folder / f"{p.value}.onnx", p.value)
+        for p in (Precision.FP32, Precision.FP16, Precision.INT8)
+    }
+
+
+@pytest.fixture
+def calibration_table(tmp_path: Path) -> Path:
+    path = tmp_path / "calibration.cache"
+    path.write_text("TRT-100130-EntropyCalibration2\ninput: 3c010a14\n")
+    return path
+
+
+def tiny_model(**changes: Any) -> ModelSpec:
+    raw: dict[str, Any] = {
+        "name": "tiny",
+        "source": "tiny.onnx",
+        "inputs": [{"name": "input", "dtype": "FP32", "dims": [3, -1, -1]}],
+        "outputs": [{"name": "logits", "dtype": "FP32", "dims": [3, -1, -1]}],
+        "max_batch_size": 16,
+        "profiles": [
+            {"opt_batch": 4, "shapes": {"input": {"min": [3, 4, 4], "opt": [3, 8, 8], "max": [3, 16, 16]}}},
+            {
+                "opt_batch": 8,
+                "shapes": {"input": {"min": [3, 32, 32], "opt": [3, 32, 32], "max": [3, 64, 64]}},
+            },
+        ],
+        "precisions": ["fp32", "fp16", "int8"],
+        "calibration": {"data": "calib.npz"},
+        "evaluation": {"data": "eval.npz"},
+        "tolerances": {
+            "fp32": {"min_cosine": 0.9999},
+            "fp16": {"min_cosine": 0.999},
+            "int8": {"mean_cosine": 0.99},
+        },
+        "engine": {"workspace_mib": 512, "optimization_level": 4, "hardware_compatibility": "ampere_plus"},
+    }
+    raw.update(changes)
+    return ModelSpec.model_validate(raw)
+
+
+def eval_inputs(samples: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"input": rng.standard_normal((samples, 3, 8, 8)).astype(np.float32)}

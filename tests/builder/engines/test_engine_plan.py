@@ -1,0 +1,162 @@
+"""plan_engines end to end: real build subprocesses running the TensorRT double,
+real verification against ONNX Runtime outputs, real metadata on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_support import TrtDouble, eval_inputs, tiny_model
+
+from builder.engines.detect import TensorRTAvailability
+from builder.engines.metadata import fingerprint, read_metadata
+from builder.engines.options import EngineOptions
+from builder.engines.plan import Evaluation, Status, _Job, engine_options, plan_engines
+from builder.engines.request import make_request
+from builder.spec import Precision
+from builder.stages.verify import run_onnx
+
+
+def _evaluation(variants: dict[Precision, Path]) -> Evaluation:
+    inputs = eval_inputs()
+    return Evaluation(inputs, run_onnx(variants[Precision.FP32], inputs, batch_size=4))
+
+
+def _plan(tmp_path, variants, a10, precisions, **kw):
+    return plan_engines(
+        tiny_model(),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=precisions,
+        availability=a10,
+        **kw,
+    )
+
+
+def test_a_tensorrt_crash_fails_one_plan_with_a_clear_message(
+    trt10, tmp_path, variants, a10, monkeypatch
+) -> None:
+    old = tmp_path / "engines" / "fp16" / "model.plan"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"an old plan that must not be served")
+    monkeypatch.setenv("TRT_DOUBLE_CRASH", "1")
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP16])
+    assert result.status is Status.FAILED and result.plan is None
+    assert "TensorRT crashed the build process (SIGSEGV)" in result.message
+    assert not old.exists()
+    repro = old.with_name("model.plan.repro.sh")
+    assert f"--onnx={variants[Precision.FP32]}" in repro.read_text() and "--fp16" in repro.read_text()
+    assert str(repro) in result.message and old.with_name("model.plan.log").is_file()
+    assert trt10.named("build_serialized_network") == [[2]]  # it got as far as building, with 2 profiles
+
+
+def test_a_parser_error_in_the_worker_names_the_node(trt10, tmp_path, variants, a10, monkeypatch) -> None:
+    monkeypatch.setenv("TRT_DOUBLE_PARSE_ERROR", "relu0")
+    (result,) = _plan(tmp_path, variants, a10, [Precision.INT8])
+    assert result.status is Status.FAILED
+    assert "TensorRT's ONNX parser rejected int8.onnx: node 'relu0' (Conv)" in result.message
+
+
+def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a10) -> None:
+    # The double builds a plan but cannot execute it, as on a machine where running fails.
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP32])
+    assert result.status is Status.FAILED and "running it failed" in result.message
+    plan = tmp_path / "engines" / "fp32" / "model.plan"
+    assert not plan.exists() and read_metadata(plan) is None
+    assert not (plan.parent / ".staging").exists()
+
+
+def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path, variants, a10) -> None:
+    job = _job(tmp_path, variants, a10)
+    plan = tmp_path / "engines" / "fp16" / "model.plan"
+    req = _request(job, Precision.FP16, plan)
+    _keep_verified(job, Precision.FP16, req, plan, tmp_path)
+    (fresh,) = _plan(tmp_path, variants, a10, [Precision.FP16], if_stale=True)
+    assert (fresh.status, fresh.plan) == (Status.FRESH, plan)
+    assert trt10.events() == []  # no build process was started
+    newer = TensorRTAvailability(True, "", "10.14.1.48", a10.gpu)
+    (rebuilt,) = _plan(tmp_path, variants, newer, [Precision.FP16], if_stale=True)
+    assert rebuilt.status is Status.FAILED  # rebuilt (and failed to run here), so not served
+    assert trt10.named("Builder") == [[]]
+
+
+def test_verification_uses_the_cpu_tolerances_and_metadata_records_it(tmp_path, variants, a10) -> None:
+    job = _job(tmp_path, variants, a10)
+    plan = tmp_path / "engines" / "fp32" / "model.plan"
+    req = _request(job, Precision.FP32, plan)
+    outputs = tmp_path / "outputs.npz"
+    np.savez(outputs, **job.evaluation.reference)
+    assert job._verify(Precision.FP32, outputs)[0] == []
+    noisy = {
+        k: v + np.random.default_rng(1).normal(0, 1, v.shape) for k, v in job.evaluation.reference.items()
+    }
+    np.savez(outputs, **noisy)
+    failures, _ = job._verify(Precision.FP32, outputs)
+    assert failures and "min_cosine" in " ".join(failures)
+    result = _keep_verified(job, Precision.FP32, req, plan, tmp_path)
+    meta = read_metadata(plan)
+    assert result.status is Status.BUILT and meta is not None
+    assert (meta.tensorrt_version, meta.gpu_name, meta.compute_capability) == (
+        "10.13.0.35",
+        "NVIDIA A10",
+        "8.6",
+    )
+    assert meta.onnx_sha256 == fingerprint(req).onnx_sha256
+    assert meta.verification["logits"]["min_cosine"] == pytest.approx(1.0)
+
+
+def test_without_tensorrt_every_plan_is_skipped(tmp_path, variants) -> None:
+    none = TensorRTAvailability(False, "TensorRT is not installed")
+    results = _plan(tmp_path, variants, none, None)
+    assert [(r.precision, r.status, r.message) for r in results] == [
+        (p, Status.SKIPPED, "TensorRT is not installed")
+        for p in (Precision.FP32, Precision.FP16, Precision.INT8)
+    ]
+
+
+def test_engine_options_errors_name_the_field() -> None:
+    from pydantic import ValidationError
+
+    from builder.errors import SpecError
+
+    try:
+        model = tiny_model(engine={"optimization_level": 9})
+    except ValidationError as exc:  # spec.py types `engine` as EngineOptions: caught at load
+        assert exc.errors()[0]["loc"] == ("engine", "optimization_level")
+    else:
+        with pytest.raises(SpecError, match=r"engine\.optimization_level"):
+            engine_options(model)
+    assert engine_options(tiny_model(engine={})) == EngineOptions()
+
+
+def _job(tmp_path: Path, variants: dict[Precision, Path], a10: TensorRTAvailability) -> _Job:
+    model = tiny_model()
+    return _Job(
+        model,
+        engine_options(model),
+        variants,
+        None,
+        a10,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        _evaluation(variants),
+    )
+
+
+def _request(job: _Job, precision: Precision, plan: Path):
+    return make_request(
+        job.model, job.options, precision, job.variants, None, 10, plan=plan, timing_cache=job.cache_dir / "x"
+    )
+
+
+def _keep_verified(job, precision, req, plan, tmp_path):
+    """What the parent does after a worker built and ran a plan that passed verification."""
+    staging = plan.parent / ".staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    built = staging / plan.name
+    built.write_bytes(b"PLAN")
+    return job._keep(precision, req, plan, built, {"logits": {"min_cosine": 1.0}}, staging)

@@ -1,0 +1,128 @@
+"""Options, profiles, per-version recipes and the trtexec reproduce command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engine_support import tiny_model
+from pydantic import ValidationError
+
+from builder.engines.options import EngineOptions, Int8Mode, cc_model_filenames, plan_filename
+from builder.engines.profiles import profile_shapes
+from builder.engines.repro import trtexec_command
+from builder.engines.request import RecipeError, make_request
+from builder.spec import Precision, load_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_profiles_follow_the_spec_and_max_batch_size() -> None:
+    shapes = profile_shapes(tiny_model())
+    assert [(r.name, r.min, r.opt, r.max) for p in shapes for r in p] == [
+        ("input", (1, 3, 4, 4), (4, 3, 8, 8), (16, 3, 16, 16)),
+        ("input", (1, 3, 32, 32), (8, 3, 32, 32), (16, 3, 64, 64)),
+    ]
+
+
+def test_zoo_resnet18_profile_matches_its_config_numbers() -> None:
+    model = load_spec(ROOT / "models.yaml").model("resnet18")
+    (profile,) = profile_shapes(model)
+    assert profile[0].min == (1, 3, 224, 224)
+    assert profile[0].opt == (model.opt_batch(), 3, 224, 224)
+    assert profile[0].max == (model.max_batch_size, 3, 224, 224)
+
+
+def test_fixed_unbatched_model_needs_no_profile() -> None:
+    model = tiny_model(
+        inputs=[{"name": "input", "dtype": "FP32", "dims": [3, 8, 8]}],
+        outputs=[{"name": "logits", "dtype": "FP32", "dims": [3, 8, 8]}],
+        max_batch_size=0,
+        profiles=[],
+    )
+    assert profile_shapes(model) == []
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        EngineOptions.model_validate({"optimization_level": 6})
+    with pytest.raises(ValidationError):
+        EngineOptions.model_validate({"cc_model_filenames": ["sm86"]})
+    with pytest.raises(ValidationError):
+        EngineOptions.model_validate({"workspace": 1024})
+
+
+def test_cc_model_filenames_name_one_plan_per_compute_capability() -> None:
+    options = EngineOptions(cc_model_filenames=["8.0", "8.6"])
+    assert cc_model_filenames(options) == {"8.0": "model.sm80.plan", "8.6": "model.sm86.plan"}
+    assert plan_filename(options, "8.6") == "model.sm86.plan"
+    assert plan_filename(EngineOptions(), "8.6") == "model.plan"
+
+
+def _request(variants, table, precision, major, **options):
+    return make_request(
+        tiny_model(),
+        EngineOptions(**options),
+        precision,
+        variants,
+        table,
+        major,
+        plan=Path("/out/model.plan"),
+        timing_cache=Path("/cache/timing.cache"),
+    )
+
+
+def test_fp16_uses_the_builder_flag_on_10_and_the_fp16_onnx_on_11(variants, calibration_table) -> None:
+    on10 = _request(variants, None, Precision.FP16, 10)
+    assert (on10.onnx, on10.strongly_typed, on10.builder_flags) == (
+        str(variants[Precision.FP32]),
+        False,
+        ["FP16"],
+    )
+    on11 = _request(variants, None, Precision.FP16, 11)
+    assert (on11.onnx, on11.strongly_typed, on11.builder_flags) == (str(variants[Precision.FP16]), True, [])
+
+
+@pytest.mark.parametrize("major", [10, 11])
+def test_int8_explicit_builds_the_qdq_onnx_strongly_typed(variants, major) -> None:
+    req = _request(variants, None, Precision.INT8, major)
+    assert (req.onnx, req.strongly_typed, req.builder_flags, req.calibration_table) == (
+        str(variants[Precision.INT8]),
+        True,
+        [],
+        None,
+    )
+
+
+def test_int8_calibrator_uses_the_table_on_10_only(variants, calibration_table) -> None:
+    req = _request(variants, calibration_table, Precision.INT8, 10, int8_mode=Int8Mode.CALIBRATOR)
+    assert req.onnx == str(variants[Precision.FP32])
+    assert req.builder_flags == ["INT8", "FP16"] and req.calibration_table == str(calibration_table)
+    with pytest.raises(RecipeError, match="needs TensorRT 10"):
+        _request(variants, calibration_table, Precision.INT8, 11, int8_mode=Int8Mode.CALIBRATOR)
+    with pytest.raises(RecipeError, match="no calibration table"):
+        _request(variants, None, Precision.INT8, 10, int8_mode=Int8Mode.CALIBRATOR)
+
+
+def test_missing_variant_is_a_clear_error(variants) -> None:
+    del variants[Precision.FP16]
+    with pytest.raises(RecipeError, match="fp16 ONNX variant is missing"):
+        _request(variants, None, Precision.FP16, 11)
+
+
+def test_trtexec_command_matches_the_request(variants) -> None:
+    req = _request(variants, None, Precision.FP16, 10, workspace_mib=512, optimization_level=4)
+    cmd = trtexec_command(req, Path("/out/model.plan"))
+    assert cmd[:3] == ["trtexec", f"--onnx={variants[Precision.FP32]}", "--saveEngine=/out/model.plan"]
+    assert "--fp16" in cmd and "--stronglyTyped" not in cmd
+    assert cmd.count("--minShapes=input:1x3x4x4") == 1 and "--maxShapes=input:16x3x64x64" in cmd
+    assert "--memPoolSize=workspace:512M" in cmd and "--builderOptimizationLevel=4" in cmd
+    assert "--timingCacheFile=/cache/timing.cache" in cmd
+
+
+def test_options_import_alone_so_the_spec_can_use_them() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, builder.engines.options; assert 'builder.spec' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from builder.errors import BuildError
+from builder.stages.fp16 import convert_fp16
+
+RNG = np.random.default_rng(1)
+
+
+def mlp(path: Path) -> Path:
+    """x [N,16] -> MatMul -> Add -> Relu -> MatMul -> Softmax -> y [N,4]; plus an int64 passthrough."""
+    inits = [
+        numpy_helper.from_array(RNG.normal(0, 0.3, (16, 32)).astype(np.float32), "w1"),
+        numpy_helper.from_array(RNG.normal(0, 0.1, (32,)).astype(np.float32), "b1"),
+        numpy_helper.from_array(RNG.normal(0, 0.3, (32, 4)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["z"]),
+        helper.make_node("Softmax", ["z"], ["y"], axis=-1),
+        helper.make_node("Identity", ["ids"], ["ids_out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("ids_out", TensorProto.INT64, ["N", 2]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9  # onnx writes a newer IR than ONNX Runtime reads
+    onnx.save(model, str(path))
+    return path
+
+
+def run(path: Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def test_fp16_keeps_fp32_io_and_halves_weights(tmp_path: Path) -> None:
+    fp32 = mlp(tmp_path / "fp32.onnx")
+    out = convert_fp16(fp32, tmp_path / "v" / "fp16.onnx")
+    assert out == tmp_path / "v" / "fp16.onnx"
+    assert [p.name for p in out.parent.iterdir()] == ["fp16.onnx"]
+    graph = onnx.load(str(out)).graph
+    io_types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
+    assert io_types == {
+        "x": TensorProto.FLOAT,
+        "ids": TensorProto.INT64,
+        "y": TensorProto.FLOAT,
+        "ids_out": TensorProto.INT64,
+    }
+    assert {i.data_type for i in graph.initializer} == {TensorProto.FLOAT16}
+    assert out.stat().st_size < 0.7 * fp32.stat().st_size
+
+
+def test_fp16_outputs_close_to_fp32(tmp_path: Path) -> None:
+    fp32 = mlp(tmp_path / "fp32.onnx")
+    out = convert_fp16(fp32, tmp_path / "fp16.onnx")
+    feed = {"x": RNG.standard_normal((32, 16)).astype(np.float32), "ids": np.arange(64).reshape(32, 2)}
+    ref, half = run(fp32, feed), run(out, feed)
+    assert half[0].dtype == np.float32
+    np.testing.assert_allclose(half[0], ref[0], atol=2e-3)
+    np.testing.assert_array_equal(half[1], ref[1])
+
+
+def test_unloadable_result_is_a_build_error(tmp_path: Path) -> None:
+    fp32 = mlp(tmp_path / "fp32.onnx")
+    model = onnx.load(str(fp32))
+    model.ir_version = 99  # ORT refuses this; the conversion keeps it
+    onnx.save(model, str(fp32))
+    with pytest.raises(BuildError, match="cannot load"):
+        convert_fp16(fp32, tmp_path / "fp16.onnx")
+    assert not list(tmp_path.glob("fp16.onnx*"))

@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from builder.errors import BuildError, SpecError
+from builder.spec import ModelSpec
+from builder.stages.quantize import quantize_int8, quantize_int8_dynamic
+
+RNG = np.random.default_rng(0)
+
+
+def conv_net(path: Path, batch: bool = True) -> Path:
+    """input [N,3,8,8] -> Conv -> Relu -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> [N,5]."""
+    n: int | str = "N" if batch else 1
+    weights = {
+        "w1": RNG.normal(0, 0.3, (8, 3, 3, 3)),
+        "b1": RNG.normal(0, 0.1, (8,)),
+        "w2": RNG.normal(0, 0.2, (8, 8, 3, 3)),
+        "b2": RNG.normal(0, 0.1, (8,)),
+        "wf": RNG.normal(0, 0.3, (5, 8)),
+        "bf": RNG.normal(0, 0.1, (5,)),
+    }
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "net",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [n, 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [n, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9  # onnx writes a newer IR than ONNX Runtime reads
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def spec(max_batch_size: int = 4, dims: list[int] | None = None, **calibration: Any) -> ModelSpec:
+    return ModelSpec.model_validate(
+        {
+            "name": "net",
+            "source": "zoo.net:build",
+            "inputs": [{"name": "input", "dtype": "FP32", "dims": dims or [3, 8, 8]}],
+            "outputs": [{"name": "logits", "dtype": "FP32", "dims": [5]}],
+            "max_batch_size": max_batch_size,
+            "precisions": ["fp32", "int8"],
+            "calibration": {"data": "calib.npz", **calibration},
+            "evaluation": {"data": "eval.npz"},
+            "tolerances": {"fp32": {"min_cosine": 0.99}, "int8": {"min_cosine": 0.9}},
+        }
+    )
+
+
+def samples(n: int = 24) -> dict[str, np.ndarray]:
+    return {"input": RNG.standard_normal((n, 3, 8, 8)).astype(np.float32)}
+
+
+def run(path: Path, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input": x})[0]
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    return float(np.min(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
+def activation_quantizers(path: Path) -> dict[str, onnx.NodeProto]:
+    graph = onnx.load(str(path)).graph
+    inits = {i.name for i in graph.initializer}
+    return {n.input[0]: n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits}
+
+
+def initializer(path: Path, name: str) -> np.ndarray:
+    graph = onnx.load(str(path)).graph
+    return next(numpy_helper.to_array(i) for i in graph.initializer if i.name == name)
+
+
+def table(path: Path) -> dict[str, float]:
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("TRT-") and lines[0].endswith("Calibration2")
+    pairs = (line.split(": ") for line in lines[1:])
+    return {k: struct.unpack(">f", bytes.fromhex(v))[0] for k, v in pairs}
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_static_int8_is_symmetric_qdq_and_accurate(tmp_path: Path, method: str) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    out = tmp_path / "out"
+    result = quantize_int8(spec(method=method), fp32, samples(), out)
+    assert sorted(p.name for p in out.iterdir()) == sorted([result.onnx.name, result.calibration_table.name])
+    quantizers = activation_quantizers(result.onnx)
+    assert {"input", "r1", "f"} <= set(quantizers)
+    for node in quantizers.values():  # TensorRT needs int8 zero points of 0
+        zero_point = initializer(result.onnx, node.input[2])
+        assert zero_point.dtype == np.int8 and not zero_point.any()
+    x = samples(16)["input"]
+    assert min_cosine(run(fp32, x), run(result.onnx, x)) > 0.98
+
+
+def test_calibration_table_matches_model_scales(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    result = quantize_int8(spec(), fp32, samples(), tmp_path / "out")
+    assert result.calibration_table is not None
+    scales = table(result.calibration_table)
+    assert {"input", "c1", "r1", "c2", "r2", "p", "f", "logits"} <= set(scales)
+    for name, node in activation_quantizers(result.onnx).items():
+        assert scales[name] == pytest.approx(float(initializer(result.onnx, node.input[1])), rel=1e-6)
+
+
+def test_entropy_and_percentile_clip_where_minmax_does_not(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    data = samples(48)
+    data["input"][-1, 0, 0, 0] = 9.0  # the max is in the second calibration pass (32 samples a pass)
+
+    def input_scale(name: str, **calibration: Any) -> float:
+        result = quantize_int8(spec(**calibration), fp32, data, tmp_path / name)
+        assert result.calibration_table is not None
+        return table(result.calibration_table)["input"]
+
+    minmax = input_scale("minmax", method="minmax")
+    assert minmax == pytest.approx(9.0 / 127, rel=1e-5)
+    assert input_scale("entropy", method="entropy") < minmax * 0.99
+    # the spec's percentile is used: 99% of |x| for a standard normal is about 2.58
+    p99 = input_scale("p99", method="percentile", percentile=99.0) * 127
+    assert p99 == pytest.approx(float(np.percentile(np.abs(data["input"]), 99.0)), rel=0.05)
+
+
+def test_per_tensor_weights_when_per_channel_is_off(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    per_channel = quantize_int8(spec(per_channel=True), fp32, samples(), tmp_path / "pc").onnx
+    per_tensor = quantize_int8(spec(per_channel=False), fp32, samples(), tmp_path / "pt").onnx
+
+    def weight_scale_sizes(path: Path) -> list[int]:
+        graph = onnx.load(str(path)).graph
+        dq = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("w1")]
+        return [initializer(path, n.input[1]).size for n in dq]
+
+    assert weight_scale_sizes(per_channel) == [8]
+    assert weight_scale_sizes(per_tensor) == [1]
+
+
+def test_excluded_nodes_stay_float(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    result = quantize_int8(
+        spec(exclude_nodes=["fc"], exclude_op_types=["GlobalAveragePool"]), fp32, samples(), tmp_path / "o"
+    )
+    graph = onnx.load(str(result.onnx)).graph
+    fc = next(n for n in graph.node if n.name == "fc")
+    assert "wf" in fc.input  # float weight, not a DequantizeLinear output
+    assert "f" not in activation_quantizers(result.onnx)
+    assert "r1" in activation_quantizers(result.onnx)
+
+
+def test_unknown_excluded_node_is_a_spec_error(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    with pytest.raises(SpecError) as info:
+        quantize_int8(spec(exclude_nodes=["nope"]), fp32, samples(), tmp_path / "o")
+    assert info.value.field == "calibration.exclude_nodes"
+
+
+def test_weights_only_result_is_refused(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    with pytest.raises(BuildError, match="no QuantizeLinear/DequantizeLinear on activations"):
+        quantize_int8(spec(op_types=["MatMul"]), fp32, samples(), tmp_path / "o")
+    assert list((tmp_path / "o").iterdir()) == []  # temp folder cleaned up, nothing half-written
+
+
+def test_model_without_batch_axis_calibrates_per_sample(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx", batch=False)
+    data = {"input": samples(8)["input"][:, np.newaxis]}  # samples of the [1, 3, 8, 8] input
+    result = quantize_int8(spec(max_batch_size=0, dims=[1, 3, 8, 8]), fp32, data, tmp_path / "o")
+    x = data["input"][0]
+    assert min_cosine(run(fp32, x), run(result.onnx, x)) > 0.98
+
+
+def test_dynamic_int8_quantizes_and_runs(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    out = quantize_int8_dynamic(spec(), fp32, tmp_path / "o")
+    assert [p.name for p in (tmp_path / "o").iterdir()] == [out.name]
+    graph = onnx.load(str(out)).graph
+    ops = {n.op_type for n in graph.node}
+    assert "DynamicQuantizeLinear" in ops
+    assert ops & {"ConvInteger", "MatMulInteger"}
+    x = samples(16)["input"]
+    assert min_cosine(run(fp32, x), run(out, x)) > 0.98

@@ -1,0 +1,225 @@
+"""The tritonserver launcher and ``tritonforge serve`` against the real server."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from builder.configs import python_config, read_config, write_config
+from builder.errors import BuildError
+from builder.serve_cli import is_loopback, ready_models
+from builder.server import TritonServer, find_free_port, tritonserver_command
+from builder.spec import PythonModelSpec
+
+ROOT = Path(__file__).parents[2]
+PREPROCESS = ROOT / "builder" / "python_models" / "image_preprocess" / "model.py"
+bundled = pytest.mark.skipif(shutil.which("tritonserver") is not None, reason="a system tritonserver is used")
+
+
+def python_repo(root: Path, name: str = "pre") -> Path:
+    """A repository with one real Python-backend model (the image preprocessor)."""
+    pm = PythonModelSpec.model_validate(
+        {
+            "name": name,
+            "path": "builder/python_models/image_preprocess",
+            "inputs": [{"name": "IMAGE", "dtype": "STRING", "dims": [1]}],
+            "outputs": [{"name": "PIXELS", "dtype": "FP32", "dims": [3, 224, 224]}],
+            "max_batch_size": 2,
+        }
+    )
+    write_config(python_config(pm), root / name)
+    (root / name / "1").mkdir()
+    shutil.copy(PREPROCESS, root / name / "1" / "model.py")
+    return root
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a LISTEN socket on ``port`` (IPv4-mapped IPv6 shown as IPv4)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:
+                found.add(str(_proc_address(addr)))
+    return found
+
+
+def _proc_address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    raw = bytes.fromhex(hexaddr)
+    # /proc prints each 32-bit word in host (little-endian) order.
+    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(raw) == 4:
+        return ipaddress.IPv4Address(raw)
+    v6 = ipaddress.IPv6Address(raw)
+    return v6.ipv4_mapped or v6
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_find_free_port_is_bindable() -> None:
+    port = find_free_port()
+    assert 1024 <= port <= 65535
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+@bundled
+def test_command_uses_this_python() -> None:
+    cmd, env = tritonserver_command()
+    assert Path(cmd[0]).name == "tritonserver" and os.access(cmd[0], os.X_OK)
+    libs = env["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert libs[0] == sysconfig.get_config_var("LIBDIR"), "the stub must link this interpreter's libpython"
+    assert Path(libs[1]).name == "nvidia_pytriton.libs" and Path(libs[1]).is_dir()
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    backend = Path(next(a for a in cmd if a.startswith("--backend-directory=")).split("=", 1)[1])
+    files = {p.name for p in (backend / "python").iterdir()}
+    assert files >= {"libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"}
+    assert os.access(backend / "python" / "triton_python_backend_stub", os.X_OK)
+    assert tritonserver_command()[0] == cmd, "the backend folder is assembled once and reused"
+
+
+def test_is_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+
+
+@pytest.mark.integration
+def test_start_serve_stop(tmp_path: Path) -> None:
+    server = TritonServer(python_repo(tmp_path / "repo"), log_path=tmp_path / "server.log")
+    with server:
+        pid = server.pid
+        assert pid is not None and server.is_ready()
+        ports = (server.http_port, server.grpc_port, server.metrics_port)
+        assert len(set(ports)) == 3
+        for port in ports:
+            assert listening_addresses(port) == {"127.0.0.1"}, f"port {port} must bind loopback only"
+        assert ready_models(server.http_url) == ["pre"]
+        with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+            assert "nv_inference_count" in r.read().decode()
+    assert not alive(pid)
+    assert not server.is_ready()
+    server.stop()  # a second stop is harmless
+    assert "successfully unloaded 'pre'" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.integration
+def test_failed_start_raises_with_the_log_tail(tmp_path: Path) -> None:
+    repo = python_repo(tmp_path / "repo")
+    cfg = read_config(repo / "pre" / "config.pbtxt")
+    cfg.dynamic_batching.preferred_batch_size.append(64)
+    write_config(cfg, repo / "pre")
+    server = TritonServer(repo, log_path=tmp_path / "server.log")
+    with pytest.raises(BuildError, match="exited with status 1") as info:
+        server.start(timeout=60)
+    assert "preferred size must be <= max batch size" in str(info.value)
+    assert server.pid is None
+
+
+@pytest.mark.integration
+def test_a_python_model_that_cannot_start_fails_fast(tmp_path: Path) -> None:
+    """Triton itself waits forever here; the launcher reads the log and gives up at once."""
+    repo = python_repo(tmp_path / "repo")
+    (repo / "pre" / "1" / "model.py").unlink()
+    server = TritonServer(repo, log_path=tmp_path / "server.log")
+    started = time.monotonic()
+    with pytest.raises(BuildError, match="Python model file not found"):
+        server.start(timeout=100)
+    assert time.monotonic() - started < 60
+    assert server.pid is None
+
+
+@pytest.mark.integration
+def test_explicit_mode_loads_only_named_models(tmp_path: Path) -> None:
+    repo = python_repo(python_repo(tmp_path / "repo", "a"), "b")
+    with TritonServer(repo, model_control="explicit", load_models=["b"]) as server:
+        assert ready_models(server.http_url) == ["b"]
+        assert server.log_path is not None and server.log_path.is_file()
+    assert not server.log_path.exists(), "a temp log is removed after a clean stop"
+
+
+@pytest.mark.integration
+def test_repository_top_level_extras(tmp_path: Path) -> None:
+    """A plain file at the top of a repository is ignored; a hidden folder is taken for a model."""
+    repo = python_repo(tmp_path / "repo")
+    (repo / "manifest.json").write_text("{}")
+    with TritonServer(repo, model_control="explicit", load_models=["*"]) as server:
+        assert ready_models(server.http_url) == ["pre"]
+    (repo / ".tritonforge").mkdir()
+    (repo / ".tritonforge" / "state.json").write_text("{}")
+    with pytest.raises(BuildError, match=r"failed to load model '\.tritonforge'"):
+        TritonServer(repo, log_path=tmp_path / "hidden.log").start(timeout=60)
+
+
+SERVE = textwrap.dedent(
+    """
+    import argparse, sys
+    from builder import serve_cli
+    parser = argparse.ArgumentParser()
+    serve_cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(sys.argv[1:])
+    sys.exit(args.func(args))
+    """
+)
+
+
+def serve(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SERVE, "serve", *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.integration
+def test_serve_cli_runs_until_sigterm(tmp_path: Path) -> None:
+    ports = [str(find_free_port()) for _ in range(3)]
+    flags = ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    proc = serve("--repo", str(python_repo(tmp_path / "repo")), *flags)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("Ctrl-C"):
+                break
+        out = "\n".join(lines)
+        assert f"http://127.0.0.1:{ports[0]}" in out and f"127.0.0.1:{ports[1]}" in out
+        assert f"http://127.0.0.1:{ports[2]}/metrics" in out
+        assert "ready    pre" in out
+        assert urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/health/ready", timeout=5).status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        log = next(line.split()[-1] for line in lines if line.startswith("log"))
+        assert "successfully unloaded 'pre'" in Path(log).read_text()
+        Path(log).unlink()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert listening_addresses(int(ports[0])) == set(), "the server stopped with the command"
+
+
+def test_serve_cli_warns_before_binding_beyond_loopback(tmp_path: Path) -> None:
+    proc = serve("--repo", str(tmp_path / "missing"), "--host", "0.0.0.0")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "warning: binding to 0.0.0.0 exposes" in err
+    assert "no such model repository" in err

@@ -1,0 +1,46 @@
+"""Helpers shared by the client tests."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from clients.shm import leftover_keys
+
+
+def simple_inputs(batch: int) -> dict[str, np.ndarray]:
+    a = np.arange(batch * 16, dtype=np.int32).reshape(batch, 16)
+    return {"INPUT0": a, "INPUT1": np.full((batch, 16), 3, dtype=np.int32) - a % 7}
+
+
+def expected(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"OUTPUT0": inputs["INPUT0"] + inputs["INPUT1"], "OUTPUT1": inputs["INPUT0"] - inputs["INPUT1"]}
+
+
+def _count(triton: Any, model: str) -> int:
+    stats = grpcclient.InferenceServerClient(triton.grpc_url).get_inference_statistics(model, as_json=True)
+    infer = stats["model_stats"][0]["inference_stats"]
+    return sum(int(infer.get(k, {}).get("count", 0)) for k in ("success", "fail"))
+
+
+def request_count(triton: Any, model: str = "simple", expect: int | None = None) -> int:
+    """Requests the server has counted for `model` (success + failure). Statistics are updated just
+    after a response is sent, so wait until they settle (or reach `expect`)."""
+    last, deadline = _count(triton, model), time.monotonic() + 3
+    while time.monotonic() < deadline and last != expect:
+        time.sleep(0.15)
+        now = _count(triton, model)
+        if now == last and expect is None:
+            break
+        last = now
+    return last
+
+
+def assert_no_regions(triton: Any) -> None:
+    """No region of ours in /dev/shm, none registered with the server."""
+    assert leftover_keys() == []
+    status = grpcclient.InferenceServerClient(triton.grpc_url).get_system_shared_memory_status(as_json=True)
+    assert [r for r in status.get("regions", {}) if r.startswith("tritonforge_")] == []

@@ -1,0 +1,125 @@
+"""Client against the real tritonserver serving the zoo, over gRPC and HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clients import NO_RETRY, Client, InferenceTimeout, InvalidInput, ModelNotFound
+from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(url: str, protocol: str) -> Any:
+    with Client(url, protocol) as c:
+        yield c
+
+
+def test_infer_simple(client: Client) -> None:
+    inputs = simple_inputs(1)
+    out = client.infer("simple", inputs)
+    assert set(out) == {"OUTPUT0", "OUTPUT1"}
+    for name, want in expected(inputs).items():
+        np.testing.assert_array_equal(out[name], want)
+    only = client.infer("simple", inputs, outputs=["OUTPUT1"])
+    assert list(only) == ["OUTPUT1"]
+
+
+def test_split_batch_reassembled_in_order(client: Client, triton: Any) -> None:
+    limit = client.model("simple").max_batch_size
+    assert limit > 0
+    inputs = simple_inputs(3 * limit + 1)
+    before = request_count(triton)
+    out = client.infer("simple", inputs)
+    for name, want in expected(inputs).items():
+        np.testing.assert_array_equal(out[name], want)
+    assert request_count(triton, expect=before + 4) == before + 4  # 3 full slices and one of 1
+
+
+@pytest.mark.parametrize("batch", [1, 5, 17])
+def test_shared_memory_on_and_off_identical(client: Client, triton: Any, batch: int) -> None:
+    inputs = simple_inputs(batch)
+    plain = client.infer("simple", inputs, shm=False)
+    shared = client.infer("simple", inputs, shm=True)
+    assert plain.keys() == shared.keys()
+    for name in plain:
+        np.testing.assert_array_equal(plain[name], shared[name])
+    assert_no_regions(triton)
+
+
+def test_shared_memory_automatic_above_threshold(url: str, protocol: str, triton: Any) -> None:
+    with Client(url, protocol, shm_threshold=1) as c:
+        assert c._use_shm(None, simple_inputs(1))
+        out = c.infer("simple", simple_inputs(2))
+    np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(2))["OUTPUT0"])
+    assert_no_regions(triton)
+
+
+def test_wrong_dtype_rejected_before_sending(client: Client, triton: Any) -> None:
+    inputs = simple_inputs(2)
+    inputs["INPUT1"] = inputs["INPUT1"].astype(np.float32)
+    before = request_count(triton)
+    with pytest.raises(InvalidInput, match=r"INPUT1.*INT32.*float32"):
+        client.infer("simple", inputs, shm=True)
+    assert request_count(triton) == before
+    assert_no_regions(triton)
+
+
+def test_wrong_input_name_rejected_before_sending(client: Client, triton: Any) -> None:
+    inputs = simple_inputs(2)
+    inputs["INPUT_2"] = inputs.pop("INPUT1")
+    before = request_count(triton)
+    with pytest.raises(InvalidInput, match="no input 'INPUT_2'"):
+        client.infer("simple", inputs)
+    assert request_count(triton) == before
+
+
+def test_wrong_shape_and_missing_input_rejected(client: Client) -> None:
+    with pytest.raises(InvalidInput, match=r"INPUT0.*shape"):
+        client.infer("simple", {"INPUT0": np.zeros((2, 15), np.int32), "INPUT1": np.zeros((2, 16), np.int32)})
+    with pytest.raises(InvalidInput, match=r"needs input.*INPUT1"):
+        client.infer("simple", {"INPUT0": np.zeros((2, 16), np.int32)})
+    with pytest.raises(InvalidInput, match="no output"):
+        client.infer("simple", simple_inputs(1), outputs=["OUTPUT9"])
+
+
+def test_unknown_model(client: Client) -> None:
+    with pytest.raises(ModelNotFound, match="nope"):
+        client.infer("nope", {})
+
+
+def test_timeout_is_typed(url: str, protocol: str) -> None:
+    with Client(url, protocol, retry_policy=NO_RETRY) as c:
+        c.model("simple")
+        with pytest.raises(InferenceTimeout):
+            c.infer("simple", simple_inputs(8), timeout=1e-4)
+        # the client stays usable after a timeout
+        np.testing.assert_array_equal(
+            c.infer("simple", simple_inputs(1))["OUTPUT0"], expected(simple_inputs(1))["OUTPUT0"]
+        )
+
+
+def test_health_metadata_config(client: Client) -> None:
+    client.wait_until_ready(timeout=10, model="simple")
+    assert client.is_ready() and client.is_ready("simple")
+    assert not client.is_ready("nope")
+    meta = client.metadata("simple")
+    assert [t["name"] for t in meta["inputs"]] == ["INPUT0", "INPUT1"]
+    config = client.config("simple")
+    assert config["name"] == "simple" and int(config["max_batch_size"]) == 8
+    info = client.model("simple")
+    assert info.inputs["INPUT0"].datatype == "INT32" and info.inputs["INPUT0"].shape == (-1, 16)
+    assert client.model("simple") is info  # cached
+    assert client.triton is not None
+
+
+def test_infer_many_in_order(client: Client, triton: Any) -> None:
+    requests = [simple_inputs(b) for b in (1, 3, 9, 2)]
+    results = client.infer_many("simple", requests)
+    for inputs, out in zip(requests, results, strict=True):
+        np.testing.assert_array_equal(out["OUTPUT1"], expected(inputs)["OUTPUT1"])
+    assert_no_regions(triton)

@@ -1,0 +1,63 @@
+"""A private server stopped mid-way: typed errors within the time budget, nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clients import AsyncClient, Client, ServerUnavailable
+from clients.shm import leftover_keys
+from tests.clients._helpers import simple_inputs
+
+pytestmark = pytest.mark.integration
+
+
+def test_server_stopped_midway(fresh_server: Callable[[], Any]) -> None:
+    server = fresh_server()
+    clients = [Client(server.grpc_url, "grpc", timeout=5), Client(server.http_url, "http", timeout=5)]
+    for c in clients:
+        assert c.infer("simple", simple_inputs(2), shm=True)["OUTPUT0"].shape == (2, 16)
+    server.stop(timeout=5)  # Triton would wait 30 s for the clients' keep-alive HTTP connections
+    for c in clients:
+        for shm in (False, True):
+            start = time.monotonic()
+            with pytest.raises(ServerUnavailable):
+                c.infer("simple", simple_inputs(20), shm=shm)  # split into 3 slices, each failing
+            assert time.monotonic() - start < 5.5, c.protocol
+        start = time.monotonic()
+        with pytest.raises(ServerUnavailable):
+            c.wait_until_ready(timeout=1)
+        assert time.monotonic() - start < 2
+        assert not c.is_ready()
+        c.close()
+    assert leftover_keys() == []
+
+
+def test_server_stopped_midway_async(fresh_server: Callable[[], Any]) -> None:
+    server = fresh_server()
+
+    async def go() -> None:
+        clients = [
+            AsyncClient(server.grpc_url, "grpc", timeout=5),
+            AsyncClient(server.http_url, "http", timeout=5),
+        ]
+        for c in clients:
+            out = await c.infer("simple", simple_inputs(1), shm=True)
+            np.testing.assert_array_equal(
+                out["OUTPUT1"], simple_inputs(1)["INPUT0"] - simple_inputs(1)["INPUT1"]
+            )
+        server.stop(timeout=5)  # Triton would wait 30 s for the clients' keep-alive HTTP connections
+        for c in clients:
+            start = time.monotonic()
+            with pytest.raises(ServerUnavailable):
+                await c.infer("simple", simple_inputs(20), shm=True)
+            assert time.monotonic() - start < 5.5, c.protocol
+            await c.close()
+
+    asyncio.run(go())
+    assert leftover_keys() == []

@@ -1,0 +1,1 @@
+"""The default zoo: model factories and data readers that ``models.yaml`` names."""

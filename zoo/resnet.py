@@ -1,0 +1,138 @@
+"""ResNet-18 (He et al., 2015) in plain PyTorch, and the image reader for its calibration/eval folders.
+
+Module names follow torchvision's ``resnet18`` (``conv1``, ``layer1.0.bn2``, ``layer2.0.downsample.0``,
+``fc``...), so a torchvision state dict loads into it unchanged.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from builder.errors import DataError
+
+NUM_CLASSES = 1000
+SEED = 18
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+CALIB_DIR = Path(__file__).resolve().parent.parent / "calibration" / "resnet18" / "calib"
+BN_IMAGES = 16  # calibration images whose statistics become the BatchNorm running stats
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        result: torch.Tensor = self.relu(out + identity)
+        return result
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = _stage(64, 64, 1)
+        self.layer2 = _stage(64, 128, 2)
+        self.layer3 = _stage(128, 256, 2)
+        self.layer4 = _stage(256, 512, 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return torch.flatten(self.avgpool(x), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.fc(self.features(x))
+        return logits
+
+
+def _stage(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1))
+
+
+def resnet18() -> nn.Module:
+    """ResNet-18, 1000 classes, eval mode, with fixed-seed weights: NOT pretrained.
+
+    No package reachable offline ships pretrained ImageNet weights, so the weights are drawn from a
+    fixed seed (torchvision's initialisation) and the BatchNorm running statistics are measured on the
+    calibration photographs, so activations stay well-scaled and the logits vary from image to image.
+    The classes carry no ImageNet meaning (see ``resnet18_labels.txt``). The weights are the same on
+    every call (bit for bit, whatever the thread count, on a given CPU and torch version).
+    """
+    model = ResNet18()
+    model.load_state_dict(_weights())
+    return model.eval()
+
+
+@cache
+def _weights() -> dict[str, torch.Tensor]:
+    model = ResNet18()
+    _init(model, torch.Generator().manual_seed(SEED))
+    images = read_images(CALIB_DIR)["input"][:BN_IMAGES]
+    _calibrate_batchnorm(model, torch.from_numpy(images))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _init(model: ResNet18, gen: torch.Generator) -> None:
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu", generator=gen)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    bound = 1.0 / model.fc.in_features**0.5
+    nn.init.uniform_(model.fc.weight, -bound, bound, generator=gen)
+    nn.init.zeros_(model.fc.bias)
+
+
+@torch.no_grad()
+def _calibrate_batchnorm(model: ResNet18, images: torch.Tensor) -> None:
+    """Running stats := the batch stats of ``images``; then centre the logits over those images."""
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average: one batch gives exactly its statistics
+    model(images)
+    model.eval()
+    # Without this every image's logits share one large common component (ReLU features are positive).
+    mean_feature = model.features(images).mean(0)
+    model.fc.bias.sub_(model.fc.weight @ mean_feature)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = 0.1
+
+
+def read_images(path: Path) -> dict[str, NDArray[Any]]:
+    """{"input": float32 [N, 3, 224, 224]} for every .jpg/.jpeg/.png in ``path``, in name order."""
+    from builder.python_models.image_preprocess.model import preprocess_image
+
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError("image folder not found", file=path)
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise DataError(f"no {'/'.join(IMAGE_SUFFIXES)} images in the folder", file=path)
+    return {"input": np.stack([preprocess_image(f.read_bytes()) for f in files]).astype(np.float32)}
