@@ -1,0 +1,71 @@
+"""The build: stages skipped when unchanged, the manifest, what is published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder.pipeline import BuildOptions, BuildResult, build
+from builder.spec import Precision
+from tests.conftest import tree_digest
+
+pytestmark = pytest.mark.slow
+
+
+def run(project: Path, lines: list[str] | None = None) -> BuildResult:
+    return build(
+        BuildOptions(
+            spec_file=project / "models.yaml",
+            repo=project / "model_repository",
+            target="local",
+            log=(lines.append if lines is not None else lambda _: None),
+        )
+    )
+
+
+def test_second_build_skips_every_stage_and_publish(tiny_project: Path) -> None:
+    first = run(tiny_project)
+    assert first.published
+    digest = tree_digest(tiny_project / "model_repository")
+    lines: list[str] = []
+    second = run(tiny_project, lines)
+    assert not second.published
+    assert all(stage.skipped for b in second.models for stage in b.stages)
+    assert any("up to date, skipped" in line for line in lines)
+    assert tree_digest(tiny_project / "model_repository") == digest
+
+
+def test_a_changed_tolerance_reruns_only_verification(tiny_project: Path) -> None:
+    run(tiny_project)
+    spec = tiny_project / "models.yaml"
+    doc = yaml.safe_load(spec.read_text())
+    doc["models"][0]["tolerances"]["int8"] = {"min_cosine": 0.9}
+    spec.write_text(yaml.safe_dump(doc))
+    again = run(tiny_project)
+    ran = {s.name for b in again.models for s in b.stages if not s.skipped}
+    assert ran == {"verify-int8"}
+
+
+def test_manifest_records_inputs_artifacts_tools_and_metrics(tiny_project: Path) -> None:
+    result = run(tiny_project)
+    manifest = json.loads((tiny_project / "model_repository" / "manifest.json").read_text())
+    entry = manifest["models"]["tiny"]
+    assert entry["served"] == result.models[0].served.value
+    assert set(entry["verification"]) == {"fp32", "fp16", "int8"}
+    assert entry["verification"]["int8"]["passed"] is True
+    assert {"export", "check", "reference", "int8", "verify-int8"} <= set(entry["stages"])
+    assert all(len(h) == 64 for h in entry["artifacts"].values())
+    assert {"onnx", "onnxruntime", "python"} <= set(manifest["tools"])
+
+
+def test_every_passing_variant_is_published(tiny_project: Path) -> None:
+    result = run(tiny_project)
+    served = result.models[0].served
+    repo = tiny_project / "model_repository"
+    published = {p.name for p in repo.iterdir() if p.is_dir()}
+    others = {f"tiny_{p.value}" for p in (Precision.FP32, Precision.FP16, Precision.INT8) if p is not served}
+    assert published == {"tiny"} | others
+    assert (repo / "tiny" / "1" / "model.py").is_file()
