@@ -40,7 +40,11 @@ typecheck: $(STAMP)
 	$(BIN)/python tools/setup_trt_stubs.py
 	$(BIN)/mypy builder/engines
 
-test: $(STAMP) lint typecheck
+# A real perf_analyzer (from the tritonclient 2.48 wheel) where none is on PATH.
+tools: $(STAMP)
+	bash tools/install_perf_analyzer.sh
+
+test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -72,7 +73,8 @@ class StageCache:
             self.log(f"[{model}] {stage}: unchanged, skipped")
             return StageResult(stage, key, out, True, record.get("seconds", 0.0), record.get("info", {}))
         self.log(f"[{model}] {stage} ...")
-        tmp = out.with_name(f"{key}.tmp")
+        # A private temporary folder: concurrent builds sharing the cache never clobber each other.
+        tmp = out.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         start = time.perf_counter()
@@ -83,8 +85,11 @@ class StageCache:
             raise
         seconds = time.perf_counter() - start
         (tmp / DONE).write_text(json.dumps({"seconds": seconds, "info": info}, indent=1, default=str))
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+        if done.is_file():  # another build finished the same stage first: keep its output
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.rename(out)
         self._prune(out)
         self.log(f"[{model}] {stage}: done in {seconds:.1f} s")
         return StageResult(stage, key, out, False, seconds, info)
@@ -93,7 +98,7 @@ class StageCache:
     def _prune(keep: Path, max_entries: int = 3) -> None:
         """Keep the newest few outputs of a stage so the cache does not grow forever."""
         siblings = sorted(
-            (p for p in keep.parent.iterdir() if p.is_dir() and p != keep),
+            (p for p in keep.parent.iterdir() if p.is_dir() and p != keep and ".tmp-" not in p.name),
             key=lambda p: p.stat().st_mtime,
             reverse=True,
         )

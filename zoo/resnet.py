@@ -21,7 +21,9 @@ NUM_CLASSES = 1000
 SEED = 18
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 CALIB_DIR = Path(__file__).resolve().parent.parent / "calibration" / "resnet18" / "calib"
-BN_IMAGES = 16  # calibration images whose statistics become the BatchNorm running stats
+BN_IMAGES = 16  # calibration images: their statistics become the BatchNorm running stats and fc
+RESIDUAL_GAMMA = 0.1  # initial scale of the last BatchNorm in each residual block
+LOGIT_STD = 2.0  # mean spread of the logits over classes, on the calibration images
 
 
 class BasicBlock(nn.Module):
@@ -76,8 +78,17 @@ def resnet18() -> nn.Module:
     """ResNet-18, 1000 classes, eval mode, with fixed-seed weights: NOT pretrained.
 
     No package reachable offline ships pretrained ImageNet weights, so the weights are drawn from a
-    fixed seed (torchvision's initialisation) and the BatchNorm running statistics are measured on the
-    calibration photographs, so activations stay well-scaled and the logits vary from image to image.
+    fixed seed and then initialised from data, so that (as in a trained network) the logits carry
+    image-dependent signal that reduced precision (FP16, INT8) changes little:
+
+    - convolutions use torchvision's initialisation; the last BatchNorm of each residual block starts
+      with a small scale (Goyal et al., 2017), so every block is close to the identity and the input's
+      information reaches the pooled features instead of being washed out by 16 random layers;
+    - the BatchNorm running statistics are measured on calibration photographs;
+    - the ``fc`` rows are fixed-seed random mixtures of those photographs' pooled features, centred
+      and made orthogonal to their mean, so the logits read out the directions along which images
+      differ and average zero over the photographs (``fc.bias`` is zero).
+
     The classes carry no ImageNet meaning (see ``resnet18_labels.txt``). The weights are the same on
     every call (bit for bit, whatever the thread count, on a given CPU and torch version).
     """
@@ -89,27 +100,27 @@ def resnet18() -> nn.Module:
 @cache
 def _weights() -> dict[str, torch.Tensor]:
     model = ResNet18()
-    _init(model, torch.Generator().manual_seed(SEED))
-    images = read_images(CALIB_DIR)["input"][:BN_IMAGES]
-    _calibrate_batchnorm(model, torch.from_numpy(images))
+    gen = torch.Generator().manual_seed(SEED)
+    _init(model, gen)
+    images = torch.from_numpy(read_images(CALIB_DIR)["input"][:BN_IMAGES])
+    _calibrate_batchnorm(model, images)
+    _fit_classifier(model, images, gen)
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def _init(model: ResNet18, gen: torch.Generator) -> None:
-    for m in model.modules():
+    for name, m in model.named_modules():
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu", generator=gen)
         elif isinstance(m, nn.BatchNorm2d):
-            nn.init.ones_(m.weight)
+            # Residual branches start small (the block is near the identity); the rest start at 1.
+            nn.init.constant_(m.weight, RESIDUAL_GAMMA if name.endswith(".bn2") else 1.0)
             nn.init.zeros_(m.bias)
-    bound = 1.0 / model.fc.in_features**0.5
-    nn.init.uniform_(model.fc.weight, -bound, bound, generator=gen)
-    nn.init.zeros_(model.fc.bias)
 
 
 @torch.no_grad()
 def _calibrate_batchnorm(model: ResNet18, images: torch.Tensor) -> None:
-    """Running stats := the batch stats of ``images``; then centre the logits over those images."""
+    """Running stats := the batch stats of ``images`` (one training-mode pass, cumulative average)."""
     model.train()
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -117,12 +128,30 @@ def _calibrate_batchnorm(model: ResNet18, images: torch.Tensor) -> None:
             m.momentum = None  # cumulative average: one batch gives exactly its statistics
     model(images)
     model.eval()
-    # Without this every image's logits share one large common component (ReLU features are positive).
-    mean_feature = model.features(images).mean(0)
-    model.fc.bias.sub_(model.fc.weight @ mean_feature)
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.momentum = 0.1
+
+
+@torch.no_grad()
+def _fit_classifier(model: ResNet18, images: torch.Tensor, gen: torch.Generator) -> None:
+    """``fc`` := random mixtures of the images' centred pooled features, orthogonal to their mean.
+
+    ReLU features are positive and share one large common component (their mean); the image-specific
+    part is what a classifier reads. Rows orthogonal to the mean make the logits ignore that component
+    (and a change of overall feature scale only rescales the logits), so quantization error along it
+    does not reach them.
+    """
+    features = model.features(images).double()
+    mean = features.mean(0)
+    direction = mean / mean.norm()
+    centred = features - mean
+    centred -= torch.outer(centred @ direction, direction)
+    mixing = torch.randn(model.fc.out_features, len(images), generator=gen, dtype=torch.float64)
+    weight = mixing @ centred
+    weight *= LOGIT_STD / (centred @ weight.T).std(1).mean()
+    model.fc.weight.copy_(weight)
+    model.fc.bias.zero_()
 
 
 def read_images(path: Path) -> dict[str, NDArray[Any]]:

@@ -10,12 +10,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from numpy.typing import NDArray
 
 from builder.errors import DataError
 from builder.spec import load_spec
 from builder.stages.check import check
 from builder.stages.export import export, load_source, torch_reference
-from zoo.resnet import read_images, resnet18
+from zoo.resnet import ResNet18, read_images, resnet18
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "models.yaml"
@@ -52,12 +53,38 @@ def test_weights_are_the_same_on_every_call() -> None:
 
 def test_logits_are_not_degenerate(eval_logits: np.ndarray) -> None:
     assert np.isfinite(eval_logits).all()
-    assert eval_logits.std(axis=1).min() > 0.05  # every image spreads its logits
-    assert len(set(eval_logits.argmax(axis=1))) >= 4  # images disagree on the top class
+    assert eval_logits.std(axis=1).min() > 0.5  # every image spreads its logits
+    assert len(set(eval_logits.argmax(axis=1))) >= 6  # images disagree on the top class
     unit = eval_logits / np.linalg.norm(eval_logits, axis=1, keepdims=True)
     cosine = unit @ unit.T
     off_diagonal = cosine[~np.eye(len(cosine), dtype=bool)]
-    assert off_diagonal.mean() < 0.6
+    assert off_diagonal.mean() < 0.3
+
+
+def _resnet18() -> ResNet18:
+    model = resnet18()
+    assert isinstance(model, ResNet18)
+    return model
+
+
+def test_pooled_features_differ_from_image_to_image(eval_images: NDArray[np.float32]) -> None:
+    with torch.no_grad():
+        features = _resnet18().features(torch.from_numpy(eval_images)).numpy()
+    unit = features / np.linalg.norm(features, axis=1, keepdims=True)
+    cosine = (unit @ unit.T)[~np.eye(len(unit), dtype=bool)]
+    assert cosine.mean() < 0.75  # a random deep net without the near-identity blocks gives ~0.85
+
+
+def test_logits_ignore_the_common_feature_component() -> None:
+    model = _resnet18()
+    assert not model.fc.bias.any()
+    calib = torch.from_numpy(read_images(IMAGES / "calib")["input"][:16])
+    with torch.no_grad():
+        mean = model.features(calib).mean(0)
+        logits = model(calib)
+    weight = model.fc.weight
+    assert (weight @ mean).norm() < 1e-3 * weight.norm() * mean.norm()
+    assert logits.mean(0).abs().max() < 1e-3 * logits.std()  # logits average zero over the photographs
 
 
 def test_read_images_reads_every_image_in_name_order(tmp_path: Path) -> None:
@@ -109,3 +136,23 @@ def test_exported_onnx_matches_torch_on_eval_images(tmp_path: Path, eval_images:
         batch = eval_images[start : start + size]
         (logits,) = session.run(["logits"], {"input": batch})
         np.testing.assert_allclose(logits, reference["logits"][start : start + size], rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_int8_entropy_calibration_keeps_the_logits(tmp_path: Path, eval_images: NDArray[np.float32]) -> None:
+    from builder.data import load_samples
+    from builder.stages.quantize import quantize_int8
+    from builder.stages.verify import output_metrics, run_onnx
+
+    model = load_spec(SPEC).model("resnet18")
+    assert model.calibration is not None and model.calibration.method.value == "entropy"
+    exported = export(model, spec_dir=ROOT, spec_file=SPEC, out=tmp_path / "resnet18.onnx")
+    checked = check(model, exported, tmp_path / "checked.onnx", spec_file=SPEC)
+    samples = load_samples(model.calibration, model, spec_dir=ROOT, spec_file=SPEC, section="calibration")
+    int8 = quantize_int8(model, checked, samples, tmp_path / "int8").onnx
+    with torch.no_grad():
+        reference = resnet18()(torch.from_numpy(eval_images)).numpy()
+    logits = run_onnx(int8, {"input": eval_images}, batch_size=8, threads=2)["logits"]
+    metrics = output_metrics(reference, logits)
+    assert metrics.mean_cosine is not None and metrics.min_cosine is not None
+    assert metrics.mean_cosine >= 0.99 and metrics.min_cosine >= 0.97
