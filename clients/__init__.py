@@ -8,6 +8,7 @@ from .client import Client
 from .errors import (
     InferenceTimeout,
     InvalidInput,
+    InvalidResponse,
     ModelNotFound,
     ModelNotReady,
     RequestRejected,
@@ -27,6 +28,7 @@ __all__ = [
     "Embedder",
     "InferenceTimeout",
     "InvalidInput",
+    "InvalidResponse",
     "ModelInfo",
     "ModelNotFound",
     "ModelNotReady",

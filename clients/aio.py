@@ -9,7 +9,7 @@ from typing import Any
 from . import retry, shm
 from .client import SHM_THRESHOLD, _output_names
 from .errors import ModelNotReady, ServerUnavailable, translate
-from .model import Arrays, ModelInfo, join, split
+from .model import Arrays, ModelInfo, check_outputs, join, split
 from .protocol import as_arrays, as_json, is_local, make_inputs, make_outputs, module, parse_url
 from .retry import Deadline, RetryPolicy
 
@@ -25,7 +25,7 @@ class AsyncClient:
         url: str,
         protocol: str | None = None,
         *,
-        timeout: float | None = 60.0,
+        timeout: float | None = None,
         retry_policy: RetryPolicy | None = None,
         shm: bool | None = None,
         shm_threshold: int = SHM_THRESHOLD,
@@ -35,6 +35,7 @@ class AsyncClient:
         self.address, self.protocol = parse_url(url, protocol)
         self.timeout, self.retry = timeout, retry_policy or RetryPolicy()
         self.shm, self.shm_threshold, self.concurrency = shm, shm_threshold, concurrency
+        self._shm_possible = is_local(self.address)  # automatic shared memory only on this host
         self._mod = module(self.protocol)
         self._raw = module(self.protocol, aio=True).InferenceServerClient(self.address, verbose=verbose)
         self._models: dict[tuple[str, str], ModelInfo] = {}
@@ -129,8 +130,12 @@ class AsyncClient:
     def _use_shm(self, flag: bool | None, arrays: Arrays) -> bool:
         if flag is not None or self.shm is not None:
             return bool(self.shm if flag is None else flag)
-        size = sum(a.nbytes for a in arrays.values() if a.dtype != object)
-        return size >= self.shm_threshold and is_local(self.address)
+        if not self._shm_possible:
+            return False
+        size = 0
+        for array in arrays.values():
+            size += array.nbytes
+        return size >= self.shm_threshold
 
     async def _send(
         self,
@@ -147,10 +152,12 @@ class AsyncClient:
 
         async def attempt(timeout: float | None) -> Arrays:
             if not use_shm:
-                return await self._request(info, version, arrays, names, class_count, timeout, None)
-            plan = shm.plan(info, arrays, names, batch, class_count)
-            async with shm.aregistered(self._raw, plan, arrays):
-                return await self._request(info, version, arrays, names, class_count, timeout, plan)
+                out = await self._request(info, version, arrays, names, class_count, timeout, None)
+            else:
+                plan = shm.plan(info, arrays, names, batch, class_count)
+                async with shm.aregistered(self._raw, plan, arrays):
+                    out = await self._request(info, version, arrays, names, class_count, timeout, plan)
+            return out if class_count else check_outputs(info, out, batch)
 
         async with limit:
             return await retry.acall(attempt, self.retry, deadline)
@@ -166,7 +173,7 @@ class AsyncClient:
         plan: shm.Plan | None,
     ) -> Arrays:
         in_shm = {s.name for s in plan.inputs} if plan else set()
-        inputs = make_inputs(self._mod, {n: t.datatype for n, t in info.inputs.items()}, arrays, skip=in_shm)
+        inputs = make_inputs(self._mod, info.datatypes, arrays, skip=in_shm)
         requested = make_outputs(self._mod, names, class_count)
         if plan:
             shm.attach(plan, inputs, requested)

@@ -11,7 +11,7 @@ from typing import Any
 
 from . import retry, shm
 from .errors import InferenceTimeout, InvalidInput, ModelNotReady, ServerUnavailable, translate
-from .model import Arrays, ModelInfo, join, split
+from .model import Arrays, ModelInfo, check_outputs, join, split
 from .protocol import as_arrays, as_json, is_local, make_inputs, make_outputs, module, parse_url
 from .retry import Deadline, RetryPolicy
 
@@ -21,7 +21,8 @@ SHM_THRESHOLD = 4 << 20  # bytes of fixed-size inputs above which shared memory 
 class Client:
     """`Client("127.0.0.1:8001").infer("simple", {"INPUT0": a, "INPUT1": b})` -> {"OUTPUT0": ..., ...}.
 
-    `timeout` bounds each call, retries included; `shm=None` uses system shared memory automatically
+    `timeout` (s) bounds each call, retries included (None: no deadline, as in tritonclient; retries
+    still stop after `retry_policy.total` s); `shm=None` uses system shared memory automatically
     for large inputs to a server on this host, `True`/`False` force it on/off. `triton` is the
     underlying tritonclient client, for everything this class does not wrap.
     """
@@ -31,7 +32,7 @@ class Client:
         url: str,
         protocol: str | None = None,
         *,
-        timeout: float | None = 60.0,
+        timeout: float | None = None,
         retry_policy: RetryPolicy | None = None,
         shm: bool | None = None,
         shm_threshold: int = SHM_THRESHOLD,
@@ -41,8 +42,11 @@ class Client:
         self.address, self.protocol = parse_url(url, protocol)
         self.timeout, self.retry = timeout, retry_policy or RetryPolicy()
         self.shm, self.shm_threshold, self.concurrency = shm, shm_threshold, concurrency
+        self._shm_possible = is_local(self.address)  # automatic shared memory only on this host
         self._mod, self._verbose = module(self.protocol), verbose
         self._owner = threading.get_ident()
+        # HTTP: the socket timeout bounds each attempt; a gevent timer is armed only for shorter budgets.
+        self._network_timeout = 60.0 if timeout is None else max(timeout, 1.0)
         self._raw = self._connect()
         self._local = threading.local()
         self._extra: list[Any] = []  # per-thread HTTP clients, closed with this one
@@ -56,7 +60,7 @@ class Client:
     def _connect(self) -> Any:
         if self.protocol == "grpc":
             return self._mod.InferenceServerClient(self.address, verbose=self._verbose)
-        network = 60.0 if self.timeout is None else max(self.timeout, 1.0)
+        network = self._network_timeout
         return self._mod.InferenceServerClient(
             self.address, verbose=self._verbose, network_timeout=network, connection_timeout=network
         )
@@ -182,8 +186,12 @@ class Client:
     def _use_shm(self, flag: bool | None, arrays: Arrays) -> bool:
         if flag is not None or self.shm is not None:
             return bool(self.shm if flag is None else flag)
-        size = sum(a.nbytes for a in arrays.values() if a.dtype != object)
-        return size >= self.shm_threshold and is_local(self.address)
+        if not self._shm_possible:
+            return False
+        size = 0
+        for array in arrays.values():
+            size += array.nbytes
+        return size >= self.shm_threshold
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -203,10 +211,12 @@ class Client:
     ) -> Arrays:
         def attempt(timeout: float | None) -> Arrays:
             if not use_shm:
-                return self._request(info, version, arrays, names, class_count, timeout, None)
-            plan = shm.plan(info, arrays, names, batch, class_count)
-            with shm.registered(self._thread_raw(), plan, arrays):
-                return self._request(info, version, arrays, names, class_count, timeout, plan)
+                out = self._request(info, version, arrays, names, class_count, timeout, None)
+            else:
+                plan = shm.plan(info, arrays, names, batch, class_count)
+                with shm.registered(self._thread_raw(), plan, arrays):
+                    out = self._request(info, version, arrays, names, class_count, timeout, plan)
+            return out if class_count else check_outputs(info, out, batch)
 
         return retry.call(attempt, self.retry, deadline)
 
@@ -220,14 +230,17 @@ class Client:
         timeout: float | None,
         plan: shm.Plan | None,
     ) -> Arrays:
-        in_shm = {s.name for s in plan.inputs} if plan else set()
-        types = {n: t.datatype for n, t in info.inputs.items()}
-        inputs = make_inputs(self._mod, types, arrays, skip=in_shm)
+        if plan is None:  # the common path, kept short
+            inputs = make_inputs(self._mod, info.datatypes, arrays, skip=())
+            result = self._call(
+                info.name, version, inputs, make_outputs(self._mod, names, class_count), timeout
+            )
+            return {n: result.as_numpy(n) for n in names}
+        inputs = make_inputs(self._mod, info.datatypes, arrays, skip={s.name for s in plan.inputs})
         requested = make_outputs(self._mod, names, class_count)
-        if plan:
-            shm.attach(plan, inputs, requested)
+        shm.attach(plan, inputs, requested)
         result = self._call(info.name, version, inputs, requested, timeout)
-        out = shm.read_outputs(plan) if plan else {}
+        out = shm.read_outputs(plan)
         out.update(as_arrays(result, names, skip=set(out)))
         return {n: out[n] for n in names}
 
@@ -237,6 +250,8 @@ class Client:
         raw = self._thread_raw()
         if self.protocol == "grpc":
             return raw.infer(model, inputs, model_version=version, outputs=outputs, client_timeout=timeout)
+        if timeout is None or timeout >= 0.95 * self._network_timeout:
+            return raw.infer(model, inputs, model_version=version, outputs=outputs)
         import gevent  # tritonclient's HTTP transport runs on gevent
 
         try:

@@ -45,6 +45,10 @@ class InferenceTimeout(TritonClientError):
     """The request did not complete within its time budget."""
 
 
+class InvalidResponse(TritonClientError):
+    """The server answered with outputs that do not match the model's declared shapes."""
+
+
 class SharedMemoryError(TritonClientError):
     """A system shared-memory region could not be created, registered or read."""
 

@@ -9,9 +9,18 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from .errors import InvalidInput
+from .errors import InvalidInput, InvalidResponse
 
 Arrays = dict[str, np.ndarray]
+_TRITON_DTYPES: dict[np.dtype, str] = {}
+
+
+def triton_dtype(dtype: np.dtype) -> str:
+    """Triton's name of a numpy dtype ("BYTES" for object/bytes, "" if none), memoised."""
+    name = _TRITON_DTYPES.get(dtype)
+    if name is None:
+        name = _TRITON_DTYPES[dtype] = "BYTES" if dtype.kind in "OSU" else np_to_triton_dtype(dtype) or ""
+    return name
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class ModelInfo:
     outputs: dict[str, TensorInfo]
     metadata: dict[str, Any] = field(repr=False)
     config: dict[str, Any] = field(repr=False)
+    datatypes: dict[str, str] = field(default_factory=dict, repr=False)  # input name -> Triton dtype
 
     @classmethod
     def from_triton(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelInfo:
@@ -49,14 +59,16 @@ class ModelInfo:
             }
 
         versions = metadata.get("versions") or [""]
+        inputs = tensors(metadata.get("inputs", []), optional, "optional")
         return cls(
             name=metadata["name"],
             version=str(versions[-1]),
             max_batch_size=int(config.get("max_batch_size", 0)),
-            inputs=tensors(metadata.get("inputs", []), optional, "optional"),
+            inputs=inputs,
             outputs=tensors(metadata.get("outputs", []), labelled, "labels"),
             metadata=dict(metadata),
             config=dict(config),
+            datatypes={n: t.datatype for n, t in inputs.items()},
         )
 
     def check(self, arrays: Mapping[str, Any]) -> tuple[Arrays, int]:
@@ -69,34 +81,38 @@ class ModelInfo:
                 raise InvalidInput(
                     f"model '{self.name}' has no input '{name}' (inputs: {', '.join(self.inputs)})"
                 )
-            checked[name] = self._check_tensor(spec, np.asarray(value))
+            checked[name] = self._check_tensor(spec, value)
         missing = [n for n, t in self.inputs.items() if n not in checked and not t.optional]
         if missing:
             raise InvalidInput(f"model '{self.name}' needs input(s) {', '.join(missing)}")
         return checked, self._batch_size(checked)
 
-    def _check_tensor(self, spec: TensorInfo, array: np.ndarray) -> np.ndarray:
-        where = f"input '{spec.name}' of model '{self.name}'"
-        if spec.datatype == "BYTES":
+    def _check_tensor(self, spec: TensorInfo, value: Any) -> np.ndarray:
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        got = triton_dtype(array.dtype)
+        if got != spec.datatype:
+            where = f"input '{spec.name}' of model '{self.name}'"
+            if spec.datatype != "BYTES":
+                expected = np.dtype(triton_to_np_dtype(spec.datatype))
+                raise InvalidInput(f"{where} is {spec.datatype} ({expected}), got dtype {array.dtype}")
             if array.dtype.kind not in "OSU":
                 raise InvalidInput(f"{where} is BYTES (str/bytes), got dtype {array.dtype}")
-            array = array.astype(object) if array.dtype.kind == "U" else array
-        elif array.dtype.kind in "OSU" or np_to_triton_dtype(array.dtype) != spec.datatype:
-            expected = np.dtype(triton_to_np_dtype(spec.datatype))
-            raise InvalidInput(f"{where} is {spec.datatype} ({expected}), got dtype {array.dtype}")
-        if len(array.shape) != len(spec.shape) or any(
-            want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)
-        ):
+        if array.dtype.kind == "U":
+            array = array.astype(object)
+        if not _fits(spec.shape, array.shape):
+            where = f"input '{spec.name}' of model '{self.name}'"
             raise InvalidInput(f"{where} has shape {list(spec.shape)}, got {list(array.shape)}")
         return array
 
     def _batch_size(self, arrays: Arrays) -> int:
         if self.max_batch_size <= 0 or not arrays:
             return 0
-        sizes = {name: a.shape[0] for name, a in arrays.items()}
-        if len(set(sizes.values())) > 1:
-            raise InvalidInput(f"inputs of model '{self.name}' differ in batch size: {sizes}")
-        size = next(iter(sizes.values()))
+        size = -1
+        for array in arrays.values():
+            if size not in (-1, array.shape[0]):
+                sizes = {n: a.shape[0] for n, a in arrays.items()}
+                raise InvalidInput(f"inputs of model '{self.name}' differ in batch size: {sizes}")
+            size = array.shape[0]
         if size < 1:
             raise InvalidInput(f"model '{self.name}' got an empty batch")
         return int(size)
@@ -107,6 +123,27 @@ class ModelInfo:
         if self.max_batch_size > 0:
             shape = (batch, *shape[1:])
         return None if any(d < 0 for d in shape) else shape
+
+
+def check_outputs(info: ModelInfo, outputs: Arrays, batch: int) -> Arrays:
+    """Raise InvalidResponse when an output's shape differs from the model's declaration."""
+    for name, array in outputs.items():
+        want = info.output_shape(name, batch) if name in info.outputs else None
+        if want is not None and array is not None and tuple(array.shape) != want:
+            raise InvalidResponse(
+                f"model '{info.name}' returned output '{name}' of shape {list(array.shape)}, "
+                f"declared {list(want)}"
+            )
+    return outputs
+
+
+def _fits(want: tuple[int, ...], got: tuple[int, ...]) -> bool:
+    if len(want) != len(got):
+        return False
+    for w, g in zip(want, got):  # noqa: B905, SIM110 (lengths checked; a loop is faster here)
+        if w != g and w != -1:
+            return False
+    return True
 
 
 def split(arrays: Arrays, size: int) -> list[Arrays]:

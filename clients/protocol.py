@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +34,7 @@ def module(protocol: str, aio: bool = False) -> ModuleType:
     return importlib.import_module(f"tritonclient.{protocol}" + (".aio" if aio else ""))
 
 
-def make_inputs(mod: ModuleType, types: dict[str, str], arrays: Arrays, skip: set[str]) -> list[Any]:
+def make_inputs(mod: ModuleType, types: dict[str, str], arrays: Arrays, skip: Collection[str]) -> list[Any]:
     """InferInputs carrying the arrays, except those in `skip` (shared memory is attached later)."""
     inputs = []
     for name, array in arrays.items():

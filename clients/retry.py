@@ -16,11 +16,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """`attempts` tries in all; the n-th wait is uniform in [0, min(max_delay, base_delay * 2**n)]."""
+    """`attempts` tries in all; the n-th wait is uniform in [0, min(max_delay, base_delay * 2**n)];
+    no retry starts later than `total` seconds after the first try (nor after the call's timeout)."""
 
     attempts: int = 5
     base_delay: float = 0.05
     max_delay: float = 2.0
+    total: float = 30.0
 
     def delay(self, attempt: int) -> float:
         return random.uniform(0.0, min(self.max_delay, self.base_delay * 2**attempt))
@@ -45,13 +47,15 @@ class Deadline:
         return left
 
 
-def _next_delay(error: TritonClientError, policy: RetryPolicy, attempt: int, deadline: Deadline) -> float:
+def _next_delay(
+    error: TritonClientError, policy: RetryPolicy, attempt: int, deadline: Deadline, retry_end: float
+) -> float:
     """How long to wait before the next try; re-raises `error` when no try is left."""
     if not error.retryable or attempt + 1 >= policy.attempts:
         raise error
     delay = policy.delay(attempt)
     left = deadline.remaining()
-    if left is not None and delay >= left:
+    if (left is not None and delay >= left) or time.monotonic() + delay >= retry_end:
         raise error
     return delay
 
@@ -65,25 +69,25 @@ def _typed(exc: Exception) -> TritonClientError:
 
 def call(fn: Callable[[float | None], T], policy: RetryPolicy, deadline: Deadline) -> T:
     """Run `fn(time_left)` until it succeeds, retrying retryable errors within `deadline`."""
-    attempt = 0
+    attempt, retry_end = 0, time.monotonic() + policy.total
     while True:
         try:
             return fn(deadline.check())
         except Exception as exc:
             error = _typed(exc)
-            delay = _next_delay(error, policy, attempt, deadline)
+            delay = _next_delay(error, policy, attempt, deadline, retry_end)
         time.sleep(delay)
         attempt += 1
 
 
 async def acall(fn: Callable[[float | None], Awaitable[T]], policy: RetryPolicy, deadline: Deadline) -> T:
     """The asyncio twin of `call`."""
-    attempt = 0
+    attempt, retry_end = 0, time.monotonic() + policy.total
     while True:
         try:
             return await fn(deadline.check())
         except Exception as exc:
             error = _typed(exc)
-            delay = _next_delay(error, policy, attempt, deadline)
+            delay = _next_delay(error, policy, attempt, deadline, retry_end)
         await asyncio.sleep(delay)
         attempt += 1

@@ -72,7 +72,7 @@ def _layout(slots: list[Slot]) -> int:
 
 
 def _new_region(size: int) -> Region:
-    return Region(f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:16]}", size)
+    return Region(f"{own_prefix()}{uuid.uuid4().hex[:16]}", size)
 
 
 def plan(info: ModelInfo, arrays: Arrays, outputs: list[str], batch: int, class_count: int) -> Plan:
@@ -166,7 +166,12 @@ async def aregistered(raw: Any, plan: Plan, arrays: Arrays) -> AsyncIterator[Pla
             _destroy(region)
 
 
-def leftover_keys() -> list[str]:
-    """Regions of this package still in /dev/shm (for checks and clean-up tools)."""
-    root = "/dev/shm"
-    return sorted(n for n in os.listdir(root) if n.startswith(PREFIX)) if os.path.isdir(root) else []
+def own_prefix(pid: int | None = None) -> str:
+    """The name prefix of the regions a process creates."""
+    return f"{PREFIX}{os.getpid() if pid is None else pid}_"
+
+
+def leftover_keys(pid: int | None = None) -> list[str]:
+    """Regions a process (this one by default) left in /dev/shm: for checks and clean-up tools."""
+    root, prefix = "/dev/shm", own_prefix(pid)
+    return sorted(n for n in os.listdir(root) if n.startswith(prefix)) if os.path.isdir(root) else []

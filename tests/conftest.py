@@ -5,10 +5,16 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from builder.server import TritonServer
+
+ROOT = Path(__file__).parents[1]
 FIXTURES = Path(__file__).parent / "builder" / "fixtures"
 
 
@@ -33,3 +39,23 @@ def tiny_project(tmp_path: Path) -> Path:
     make_data(project / "data")
     sys.path.remove(str(project))
     return project
+
+
+@pytest.fixture(scope="session")
+def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default zoo built for the local target (stages come from the project's cache)."""
+    from builder.pipeline import BuildOptions, build
+
+    repo = tmp_path_factory.mktemp("zoo") / "model_repository"
+    build(BuildOptions(spec_file=ROOT / "models.yaml", repo=repo, target="local", log=lambda _: None))
+    return repo
+
+
+@pytest.fixture(scope="session")
+def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """One real tritonserver on the zoo repository for the whole session."""
+    from builder.server import TritonServer
+
+    log = tmp_path_factory.mktemp("triton") / "server.log"
+    with TritonServer(zoo_repo, log_path=log) as server:
+        yield server

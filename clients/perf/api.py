@@ -72,7 +72,7 @@ def _measure(
     before = metrics.scrape(metrics_url) if metrics_url else {}
     row, used = _stable_run(url, model, load, shapes, input_data, settings, csv_path)
     point = PerfPoint.from_csv_row(load[0], load[1], row)
-    point.request_count = used
+    point.request_count, point.stability_percentage = used.request_count, used.stability_percentage
     if metrics_url:
         moved = metrics.delta(before, metrics.scrape(metrics_url))
         point.models = {name: c.per_request() for name, c in moved.items()}
@@ -93,14 +93,19 @@ def _stable_run(
     input_data: Path | None,
     settings: Measurement,
     csv_path: Path,
-) -> tuple[dict[str, float], int]:
-    """Run until stable, with 4x the requests per window after each unstable attempt."""
+) -> tuple[dict[str, float], Measurement]:
+    """Run until stable; after each unstable attempt use 4x the requests per window and a
+    stability threshold 25 points looser (both recorded with the point)."""
     for attempt in range(settings.retries + 1):
-        current = dataclasses.replace(settings, request_count=settings.request_count * 4**attempt)
+        current = dataclasses.replace(
+            settings,
+            request_count=settings.request_count * 4**attempt,
+            stability_percentage=min(settings.stability_percentage + 25 * attempt, 100),
+        )
         cmd = build_command(url, model, load, shapes=shapes, input_data=input_data, settings=current,
                             csv_path=csv_path)  # fmt: skip
         try:
-            return run_point(cmd, csv_path, settings.timeout_s), current.request_count
+            return run_point(cmd, csv_path, settings.timeout_s), current
         except UnstableError:
             if attempt == settings.retries:
                 raise

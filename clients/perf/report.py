@@ -32,7 +32,8 @@ class PerfPoint:
     server_compute_ms: float = math.nan
     server_requests: float = math.nan
     server_avg_batch: float = math.nan
-    request_count: int = 0  # requests per window that gave a stable measurement
+    request_count: int = 0  # requests per window and stability threshold of the stable run
+    stability_percentage: int = 0
     models: dict[str, dict[str, float]] = field(default_factory=dict)  # every model touched
 
     @classmethod
@@ -74,6 +75,7 @@ TABLE = [("load", "{:g}"), ("throughput", "{:.1f}"), ("p50_ms", "{:.2f}"), ("p95
 CSV_FIELDS = [
     "load", "value", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "pa_queue_ms", "pa_compute_ms",
     "server_queue_ms", "server_compute_ms", "server_requests", "server_avg_batch", "request_count",
+    "stability_percentage",
 ]  # fmt: skip
 
 
@@ -116,6 +118,14 @@ def markdown(report: PerfReport) -> str:
         cells = [_cell(fmt, p.value if key == "load" else getattr(p, key)) for key, fmt in TABLE]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _steps(report)
+    loosened = [
+        p for p in report.points if p.stability_percentage > report.settings.get("stability_percentage", 0)
+    ]
+    if loosened:
+        notes = ", ".join(
+            f"{p.value:g} ({p.request_count} requests, {p.stability_percentage}%)" for p in loosened
+        )
+        lines += ["", f"Stabilised only with more requests and a looser threshold: {notes}."]
     if report.shapes:
         lines += ["", "Shapes: " + ", ".join(f"`{k}` {v}" for k, v in report.shapes.items())]
     lines += ["", "Server queue/compute: Triton's Prometheus counters for this model, per request."]

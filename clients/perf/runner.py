@@ -21,7 +21,7 @@ class Measurement:
     request_count: int = 300  # requests per count window
     stability_percentage: int = 50
     max_trials: int = 10
-    retries: int = 2  # on instability, run again with 4x the requests per window (short windows are noisy)
+    retries: int = 2  # on instability: again with 4x the requests, 25 points looser (see api)
     batch_size: int = 1
     protocol: str = "http"  # "http" or "grpc"
     timeout_s: float = 600.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,4 +61,34 @@ def test_server_stopped_midway_async(fresh_server: Callable[[], Any]) -> None:
             await c.close()
 
     asyncio.run(go())
+    assert leftover_keys() == []
+
+
+def test_server_stopped_with_requests_in_flight(fresh_server: Callable[[], Any]) -> None:
+    server = fresh_server()
+    errors: dict[str, BaseException] = {}
+    elapsed: dict[str, float] = {}
+
+    def hammer(url: str, protocol: str) -> None:
+        with Client(url, protocol, timeout=5) as c:
+            while True:
+                start = time.monotonic()
+                try:
+                    c.infer("simple", simple_inputs(20), shm=True)
+                except Exception as exc:
+                    errors[protocol], elapsed[protocol] = exc, time.monotonic() - start
+                    return
+
+    threads = [
+        threading.Thread(target=hammer, args=(server.grpc_url, "grpc")),
+        threading.Thread(target=hammer, args=(server.http_url, "http")),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    server.stop(timeout=5)
+    for thread in threads:
+        thread.join(30)
+    assert {p: type(e) for p, e in errors.items()} == {"grpc": ServerUnavailable, "http": ServerUnavailable}
+    assert max(elapsed.values()) < 5.5
     assert leftover_keys() == []

@@ -21,7 +21,7 @@ import pytest
 from bench.reliability import record
 from builder.errors import BuildError
 from builder.server import TritonServer
-from clients import NO_RETRY, Client, ServerUnavailable, TritonClientError
+from clients import NO_RETRY, Client, InvalidResponse, ServerUnavailable, TritonClientError
 from tests.integration.fixtures.reliability_repo import (
     build_repo,
     copy_spec,
@@ -112,13 +112,9 @@ def test_a_wrong_shaped_response_does_not_disturb_the_others(server: TritonServe
     assert_good(results[2], 3.0, batch=3)
     assert_serving(server, client)
     wrong = results[1]
-    if isinstance(wrong, Exception):
-        assert isinstance(wrong, TritonClientError) and "shape" in str(wrong).lower(), wrong
-        return
-    # tritonserver 2.51 passes a Python model's outputs on without checking them against the config,
-    # and the client returns them as they came.
-    assert wrong["Y"].shape == (1, 3)
-    pytest.xfail("Y came back as [1, 3] for dims [4]: neither the server nor clients.Client checks it")
+    # tritonserver passes a Python model's outputs on unchecked; the client refuses the mismatch.
+    assert isinstance(wrong, InvalidResponse), wrong
+    assert "'Y' of shape [1, 3], declared [1, 4]" in str(wrong)
 
 
 def test_onnx_runner_fails_only_the_bad_request_of_a_batch(server: TritonServer, client: Client) -> None:

@@ -139,13 +139,13 @@ def test_exported_onnx_matches_torch_on_eval_images(tmp_path: Path, eval_images:
 
 
 @pytest.mark.slow
-def test_int8_entropy_calibration_keeps_the_logits(tmp_path: Path, eval_images: NDArray[np.float32]) -> None:
+def test_int8_calibrated_as_the_spec_says_keeps_the_logits(tmp_path: Path, eval_images: NDArray[np.float32]) -> None:
     from builder.data import load_samples
     from builder.stages.quantize import quantize_int8
     from builder.stages.verify import output_metrics, run_onnx
 
     model = load_spec(SPEC).model("resnet18")
-    assert model.calibration is not None and model.calibration.method.value == "entropy"
+    assert model.calibration is not None
     exported = export(model, spec_dir=ROOT, spec_file=SPEC, out=tmp_path / "resnet18.onnx")
     checked = check(model, exported, tmp_path / "checked.onnx", spec_file=SPEC)
     samples = load_samples(model.calibration, model, spec_dir=ROOT, spec_file=SPEC, section="calibration")

@@ -54,6 +54,10 @@ def test_outputs_unchanged_and_outliers_flattened(tmp_path: Path) -> None:
     graph = onnx.load(str(dst)).graph
     muls = [n for n in graph.node if n.op_type == "Mul"]
     assert len(muls) == 2  # one per smoothed tensor, shared by the MatMuls reading it
+    matmuls = [n for n in graph.node if n.op_type == "MatMul"]
+    assert all(n.input[0].endswith("_smoothed") and n.input[1].endswith("_smoothed") for n in matmuls)
+    assert {i.name for i in graph.initializer} >= {"w1_smoothed", "w2_smoothed", "w3_smoothed"}
+    assert not {i.name for i in graph.initializer} & {"w1", "w2", "w3"}
     inv = numpy_helper.to_array(next(i for i in graph.initializer if i.name == muls[1].input[1]))
     assert inv[3] < inv[[0, 1, 2, 4]].min()  # the outlier channel is scaled down most
 

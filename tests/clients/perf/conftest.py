@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from builder.server import TritonServer
 from tests.clients.perf.adhoc_repo import write_repo
-
-# The zoo fixtures (zoo_repo, triton) live in tests/integration/conftest.py; load them here too.
-_shared = Path(__file__).parents[2] / "integration" / "conftest.py"
-_spec = importlib.util.spec_from_file_location("_integration_conftest", _shared)
-assert _spec and _spec.loader
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
-zoo_repo = _module.zoo_repo
-triton = _module.triton
 
 
 @pytest.fixture(scope="session")

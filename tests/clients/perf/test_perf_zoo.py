@@ -30,7 +30,8 @@ def _perf(argv: list[str]) -> int:
 @pytest.mark.parametrize("model", MODELS)
 def test_perf_every_zoo_model(model: str, triton: TritonServer, tmp_path: Path, perf_analyzer: str) -> None:
     argv = [model, "--spec", str(SPEC), "--url", triton.http_url, "--metrics-url", triton.metrics_url,
-            "--concurrency", "1,2", "--request-count", "20", "--out", str(tmp_path)]  # fmt: skip
+            "--concurrency", "1,2", "--request-count", "20", "--stability-percentage", "75",
+            "--out", str(tmp_path)]  # fmt: skip
     assert _perf(argv) == 0
     rows = list(csv.DictReader(io.StringIO((tmp_path / f"{model}.csv").read_text())))
     assert [float(r["value"]) for r in rows] == [1, 2] and all(float(r["throughput"]) > 0 for r in rows)

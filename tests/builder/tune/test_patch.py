@@ -1,0 +1,69 @@
+"""The models.yaml patch: only the tuned model's batching / instances, comments kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.spec import load_spec
+from builder.tune.candidates import Candidate, apply
+from builder.tune.patch import patch, patched_text
+
+ROOT = Path(__file__).parents[3]
+
+
+def test_patch_touches_only_the_tuned_model(tmp_path: Path) -> None:
+    spec_file = tmp_path / "models.yaml"
+    text = (ROOT / "models.yaml").read_text()
+    spec_file.write_text(text)
+    cand = Candidate(2, 500, (8, 16), 32)
+    new, diff = patch(spec_file, "resnet18", cand)
+    added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert added == [
+        "+      preferred_batch_sizes: [8, 16]",
+        "+      max_queue_delay_us: 500",
+        "+    instances: {count: 2}",
+    ]
+    assert removed == []
+    assert [ln for ln in text.splitlines() if ln.lstrip().startswith("#")] == [
+        ln for ln in new.splitlines() if ln.lstrip().startswith("#")
+    ]  # comments kept
+    spec_file.write_text(new)
+    spec = load_spec(spec_file)
+    before = load_spec(ROOT / "models.yaml")
+    assert spec.model("resnet18") == apply(before.model("resnet18"), cand)
+    assert spec.model("simple") == before.model("simple")
+
+
+def test_patch_replaces_existing_values_and_flow_maps() -> None:
+    text = (
+        "models:\n"
+        "  - name: m  # the model\n"
+        "    source: a.b:c\n"
+        "    inputs: [{name: x, dtype: FP32, dims: [4]}]\n"
+        "    outputs: [{name: y, dtype: FP32, dims: [4]}]\n"
+        "    max_batch_size: 16\n"
+        "    batching: {preferred_batch_sizes: [4], max_queue_delay_us: 100}\n"
+        "    instances: {count: 3}\n"
+        "    evaluation: {data: e.npz}\n"
+        "    tolerances: {fp32: {min_cosine: 0.99}}\n"
+    )
+    new = patched_text(text, "m", Candidate(1, 0, (8,), 8))
+    assert "max_batch_size: 8\n" in new
+    assert "batching: {preferred_batch_sizes: [8], max_queue_delay_us: 0}" in new
+    assert "instances: {count: 1}" in new
+    assert "# the model" in new
+
+
+def test_unchanged_candidate_gives_an_empty_diff(tmp_path: Path) -> None:
+    spec_file = tmp_path / "models.yaml"
+    spec_file.write_text((ROOT / "models.yaml").read_text())
+    _, diff = patch(spec_file, "simple", Candidate(1, 0, (), 8))
+    assert diff == ""
+
+
+def test_unknown_model() -> None:
+    with pytest.raises(KeyError):
+        patched_text((ROOT / "models.yaml").read_text(), "nope", Candidate(1, 0, (), 8))
