@@ -20,6 +20,8 @@ COMMANDS = (
     "builder.engines.cli",
     "builder.deploy.cli",
     "builder.perf_cli",
+    "builder.tune.cli",
+    "builder.estimate.cli",
 )
 
 
@@ -63,7 +65,10 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="tritonforge", description=__doc__.splitlines()[0])
+    root = argparse.ArgumentParser(
+        prog="tritonforge",
+        description="Build, verify, serve and measure a Triton model repository from models.yaml.",
+    )
     subparsers = root.add_subparsers(dest="command", required=True)
     add_build_parser(subparsers)
     for name in COMMANDS:

@@ -21,7 +21,7 @@ import numpy as np
 from builder import __version__
 from builder.cache import StageCache, StageResult, file_hash, key_of, tree_hash
 from builder.errors import SpecError, VerificationError
-from builder.spec import DataSpec, ModelSpec, Precision, Spec, load_spec
+from builder.spec import DataSpec, ModelSpec, Precision, Smoothing, Spec, load_spec
 
 STAGE_VERSION = 1  # bump when a stage's output format changes
 
@@ -173,12 +173,10 @@ def _variant(
         key = key_of("int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx))
         return ctx.cache.run(model.name, "int8", key, lambda d: _int8(model, ctx, fp32, d))
     if precision is Precision.INT8_DYNAMIC:
-        return ctx.cache.run(
-            model.name,
-            "int8_dynamic",
-            key_of("int8_dynamic", *base, model.calibration.model_dump() if model.calibration else None),
-            lambda d: _int8_dynamic(model, fp32, d),
-        )
+        smooth = model.int8_dynamic.smooth
+        data = data_fingerprint(model.calibration, ctx) if smooth and model.calibration else None
+        key = key_of("int8_dynamic", *base, model.int8_dynamic.model_dump(), data)
+        return ctx.cache.run(model.name, "int8_dynamic", key, lambda d: _int8_dynamic(model, ctx, fp32, d))
     return None
 
 
@@ -230,27 +228,53 @@ def _fp16(fp32: Path, out: Path) -> dict[str, Any]:
 
 
 def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> dict[str, Any]:
-    from builder.data import load_samples
     from builder.stages.quantize import quantize_int8
 
     assert model.calibration is not None
-    samples = load_samples(
-        model.calibration, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="calibration"
-    )
-    result = quantize_int8(model, fp32, samples, out)
+    samples = _calibration_samples(model, ctx)
+    source = _smoothed(fp32, model.calibration.smooth, samples, out)
+    result = quantize_int8(model, source, samples, out)
     _settle(result.onnx, out / "model.onnx")
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")
+    (out / "smoothed.onnx").unlink(missing_ok=True)
     path = out / "model.onnx"
     return {"sha256": file_hash(path), "bytes": path.stat().st_size}
 
 
-def _int8_dynamic(model: ModelSpec, fp32: Path, out: Path) -> dict[str, Any]:
+def _int8_dynamic(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> dict[str, Any]:
     from builder.stages.quantize import quantize_int8_dynamic
 
-    _settle(quantize_int8_dynamic(model, fp32, out), out / "model.onnx")
+    source = fp32
+    if model.int8_dynamic.smooth is not None:
+        source = _smoothed(fp32, model.int8_dynamic.smooth, _calibration_samples(model, ctx), out)
+    _settle(quantize_int8_dynamic(model, source, out), out / "model.onnx")
+    (out / "smoothed.onnx").unlink(missing_ok=True)
     path = out / "model.onnx"
     return {"sha256": file_hash(path), "bytes": path.stat().st_size}
+
+
+def _calibration_samples(model: ModelSpec, ctx: BuildContext) -> dict[str, np.ndarray]:
+    from builder.data import load_samples
+
+    assert model.calibration is not None
+    return load_samples(
+        model.calibration, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="calibration"
+    )
+
+
+def _smoothed(fp32: Path, smooth: Smoothing | None, samples: dict[str, np.ndarray], out: Path) -> Path:
+    """The FP32 graph with MatMul-input outliers smoothed away, or ``fp32`` itself."""
+    if smooth is None:
+        return fp32
+    from builder.stages.smoothing import smooth_matmul_inputs
+
+    try:
+        return smooth_matmul_inputs(
+            fp32, out / "smoothed.onnx", samples, alpha=smooth.alpha, nodes=smooth.nodes or None
+        )
+    except ValueError as exc:
+        raise SpecError(str(exc), field="smooth.nodes") from None
 
 
 def _verify(model: ModelSpec, precision: Precision, path: Path, ref_dir: Path, out: Path) -> dict[str, Any]:

@@ -29,8 +29,9 @@ from builder import __version__
 from builder.cache import file_hash, key_of, tree_hash
 from builder.configs import core_config, ensemble_config, fallback_config, python_config, write_config
 from builder.errors import SpecError
+from builder.factories import import_factory
 from builder.publish import clean_leftovers, publish, staging_dir
-from builder.spec import Precision, PythonModelSpec, Spec
+from builder.spec import FACTORY_PATTERN, Precision, PythonModelSpec, Spec
 
 if TYPE_CHECKING:
     from builder.pipeline import BuildContext, ModelBuild
@@ -55,8 +56,18 @@ def check_references(spec: Spec, spec_file: Path) -> None:
         if not (root / pm.path / "model.py").is_file():
             raise SpecError(f"'{pm.path}/model.py' not found", file=spec_file, model=pm.name, field="path")
         for i, extra in enumerate(pm.files):
-            if not (root / extra).is_file():
-                raise SpecError(f"'{extra}' not found", file=spec_file, model=pm.name, field=f"files[{i}]")
+            resolve_file(extra, spec_file, pm.name, f"files[{i}]")
+
+
+def resolve_file(entry: str, spec_file: Path, model: str, field: str) -> Path:
+    """A ``files:`` entry: a path relative to the spec, or a factory returning a packaged file."""
+    if FACTORY_PATTERN.match(entry):
+        path = Path(import_factory(entry, spec_file.parent, spec_file=spec_file, model=model, field=field)())
+    else:
+        path = spec_file.parent / entry
+    if not path.is_file():
+        raise SpecError(f"'{entry}' ({path}) not found", file=spec_file, model=model, field=field)
+    return path
 
 
 def engine_step(builds: list[ModelBuild], ctx: BuildContext, require: bool) -> Any:
@@ -99,6 +110,11 @@ def repository_key(builds: list[ModelBuild], ctx: BuildContext, engines: Any) ->
         [(b.spec.name, [s.key for s in b.stages], b.served, b.passed) for b in builds],
         tree_hash(PYTHON_MODELS),
         [tree_hash(ctx.spec_dir / pm.path) for pm in ctx.spec.python_models],
+        [
+            file_hash(resolve_file(f, ctx.spec_file, pm.name, "files"))
+            for pm in ctx.spec.python_models
+            for f in pm.files
+        ],
         getattr(engines, "key", None),
     )
 
@@ -197,8 +213,9 @@ def _write_python_model(pm: PythonModelSpec, ctx: BuildContext, root: Path) -> N
     for item in source.iterdir():
         if item.is_file() and item.suffix == ".py" and item.name != "__init__.py":
             shutil.copy2(item, version / item.name)
-    for extra in pm.files:
-        _link(ctx.spec_dir / extra, version / Path(extra).name)
+    for i, extra in enumerate(pm.files):
+        path = resolve_file(extra, ctx.spec_file, pm.name, f"files[{i}]")
+        _link(path, version / path.name)
     write_config(python_config(pm), root / pm.name)
     _copy_labels(pm.outputs, ctx, root / pm.name)
 

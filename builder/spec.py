@@ -182,13 +182,28 @@ class DataSpec(Strict):
         return self
 
 
+class Smoothing(Strict):
+    """SmoothQuant-style outlier smoothing folded into the FP32 graph before quantization:
+    ``X @ W = (X / s) @ (diag(s) W)``, with ``s`` from the calibration samples."""
+
+    alpha: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    nodes: list[str] = []  # glob patterns on MatMul node names; empty = every MatMul with a constant weight
+
+
 class Calibration(DataSpec):
     method: CalibrationMethod = CalibrationMethod.MINMAX
+    smooth: Smoothing | None = None  # applied before static Q/DQ
     percentile: Annotated[float, Field(gt=90.0, le=100.0)] = 99.999
     per_channel: bool = True
     exclude_nodes: list[str] = []  # node names left in float (outlier-heavy layers)
     exclude_op_types: list[str] = []
     op_types: list[str] = []  # quantize only these op types (default: ORT's choice)
+
+
+class DynamicInt8(Strict):
+    """Options of the ``int8_dynamic`` variant (ONNX Runtime's dynamic quantization)."""
+
+    smooth: Smoothing | None = None  # uses the calibration samples to find outlier channels
 
 
 class Tolerance(Strict):
@@ -239,6 +254,7 @@ class ModelSpec(Strict):
     profiles: list[Profile] = []
     precisions: Annotated[list[Precision], Field(min_length=1)] = [Precision.FP32]
     calibration: Calibration | None = None
+    int8_dynamic: DynamicInt8 = DynamicInt8()
     evaluation: DataSpec
     tolerances: dict[Precision, Tolerance] = {}
     warmup: Warmup | None = None
@@ -322,6 +338,8 @@ class ModelSpec(Strict):
             )
         if Precision.INT8 in self.precisions and self.calibration is None:
             raise ValueError("calibration: int8 is wanted, so calibration data is required")
+        if self.int8_dynamic.smooth is not None and self.calibration is None:
+            raise ValueError("int8_dynamic.smooth: smoothing needs calibration data (a calibration section)")
         for precision in self.precisions:
             if precision not in self.tolerances:
                 raise ValueError(f"tolerances: no tolerance for precision '{precision.value}'")
@@ -358,7 +376,9 @@ class PythonModelSpec(Strict):
     batching: Batching = Batching(enabled=False)
     instances: Instances = Instances(kind=InstanceKind.CPU)
     parameters: dict[str, str | int | float | bool] = {}
-    files: list[str] = []  # extra files copied beside model.py (relative to the spec)
+    # Extra files copied beside model.py: paths relative to the spec, or a factory
+    # (package.module:function) returning the path of a file a package ships.
+    files: list[str] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> PythonModelSpec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _torch_module():  # type: ignore[no-untyped-def]
+def _torch_module() -> Any:
     import torch
     import torch.nn.functional as F
 
@@ -54,14 +55,17 @@ def _torch_module():  # type: ignore[no-untyped-def]
                 token_type_ids=torch.zeros_like(input_ids),
                 position_ids=positions.expand_as(input_ids),
             ).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            # Where, not a Cast of the mask to float: onnxconverter-common's FP16 conversion leaves
+            # a Cast's target type at float while retyping its output, which ORT then rejects.
+            keep = attention_mask.unsqueeze(-1) > 0
+            count = torch.where(keep, 1.0, 0.0).sum(dim=1)
+            mean = torch.where(keep, hidden, 0.0).sum(dim=1) / count.clamp(min=1.0)
             return F.normalize(mean, p=2.0, dim=1)
 
     return MiniLMEncoder
 
 
-def minilm_encoder():  # type: ignore[no-untyped-def]
+def minilm_encoder() -> Any:
     """The spec's source factory: encoder + pooling in eval mode, FP32, CPU."""
     _offline()
     from transformers import AutoModel
@@ -71,7 +75,7 @@ def minilm_encoder():  # type: ignore[no-untyped-def]
     return _torch_module()(bert).eval()
 
 
-def sentence_transformer():  # type: ignore[no-untyped-def]
+def sentence_transformer() -> Any:
     """The original sentence-transformers pipeline (tokenize, encode, pool, normalise)."""
     _offline()
     from sentence_transformers import SentenceTransformer

@@ -141,8 +141,10 @@ def quantize_int8_dynamic(model: ModelSpec, fp32_onnx: Path, out_dir: Path) -> P
 
 def _pre_process(fp32_onnx: Path, tmp: Path) -> Path:
     # Without this, ORT may quantize only the weights of an optimized graph, silently.
+    # auto_merge: dynamic axes of different inputs carry different names (input_ids_1,
+    # attention_mask_1) that the graph adds together; ORT may treat them as one.
     pre = tmp / "pre.onnx"
-    quant_pre_process(str(fp32_onnx), str(pre))
+    quant_pre_process(str(fp32_onnx), str(pre), auto_merge=True)
     return pre
 
 

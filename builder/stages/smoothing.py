@@ -50,7 +50,9 @@ def smooth_matmul_inputs(
 def _targets(model: onnx.ModelProto, patterns: list[str] | None) -> list[onnx.NodeProto]:
     weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
     found = []
-    for node in model.graph.node:
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            node.name = f"MatMul_{i}"  # Muls are placed by their consumer's name
         if node.op_type != "MatMul" or node.input[1] not in weights:
             continue
         if patterns is None or any(fnmatch.fnmatchcase(node.name, p) for p in patterns):
@@ -92,15 +94,22 @@ def _apply(
     by_input: dict[str, list[onnx.NodeProto]] = {}
     for node in targets:
         by_input.setdefault(node.input[0], []).append(node)
+    muls: dict[str, onnx.NodeProto] = {}  # first consumer's name -> the Mul to place before it
     for x_name, consumers in by_input.items():
         weights = [numpy_helper.to_array(inits[n.input[1]]) for n in consumers]
         w_max = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
         scale = _scale(amax[x_name], w_max, alpha)
-        smoothed = _insert_mul(model, x_name, (1.0 / scale).astype(np.float32), consumers[0])
+        inv = numpy_helper.from_array((1.0 / scale).astype(np.float32), f"{x_name}_smooth_inv_scale")
+        smoothed = f"{x_name}_smoothed"
+        muls[consumers[0].name] = helper.make_node(
+            "Mul", [x_name, inv.name], [smoothed], name=f"{x_name}_Smooth"
+        )
+        model.graph.initializer.append(inv)
         for node, w in zip(consumers, weights, strict=True):
             new_w = numpy_helper.from_array((w * scale[:, None]).astype(w.dtype), f"{node.input[1]}_smoothed")
             model.graph.initializer.append(new_w)
             node.input[0], node.input[1] = smoothed, new_w.name
+    _insert_before(model, muls)
     _drop_unused_initializers(model)
 
 
@@ -110,17 +119,15 @@ def _scale(x_max: np.ndarray, w_max: np.ndarray, alpha: float) -> np.ndarray:
     return np.where(x_max > 0, s, 1.0).astype(np.float32)
 
 
-def _insert_mul(model: onnx.ModelProto, x_name: str, inv_scale: np.ndarray, before: onnx.NodeProto) -> str:
-    """``x * inv_scale`` as a new node placed before ``before`` (keeps topological order)."""
-    const = numpy_helper.from_array(inv_scale, f"{x_name}_smooth_inv_scale")
-    out = f"{x_name}_smoothed"
-    mul = helper.make_node("Mul", [x_name, const.name], [out], name=f"{x_name}_Smooth")
-    model.graph.initializer.append(const)
-    nodes = list(model.graph.node)
-    nodes.insert(nodes.index(before), mul)
+def _insert_before(model: onnx.ModelProto, muls: dict[str, onnx.NodeProto]) -> None:
+    """Place each new node right before the named node (keeps topological order)."""
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if node.name in muls:
+            nodes.append(muls[node.name])
+        nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return out
 
 
 def _drop_unused_initializers(model: onnx.ModelProto) -> None:

@@ -53,8 +53,9 @@ def test_tune_simple(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     for t in report["trials"]:
         c = t["candidate"]
         assert 1 <= c["max_batch_size"] <= 8 and c["instances"] == 1  # the profile, --max-instances
-        assert all(s <= c["max_batch_size"] for s in c["preferred_batch_sizes"])
         assert c["max_queue_delay_us"] in (0, 500)
+        inside = all(s <= c["max_batch_size"] for s in c["preferred_batch_sizes"])
+        assert inside or (t["status"] == "pruned" and "outside" in t["reason"]), t  # never measured
     assert any(t["status"] == "pruned" for t in report["trials"])  # equivalent candidates skipped
     assert report["seconds"] < 3 * 60
     chosen = report["chosen"]["candidate"]

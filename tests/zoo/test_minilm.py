@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ pytest.importorskip("tokenizers")
 from zoo import minilm  # noqa: E402
 
 
-def _tokenizer_module():  # type: ignore[no-untyped-def]
+def _tokenizer_module() -> Any:
     spec = importlib.util.spec_from_file_location("minilm_tokenizer_model", TOKENIZER_MODEL)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -28,7 +29,7 @@ def _tokenizer_module():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def tok():  # type: ignore[no-untyped-def]
+def tok() -> Any:
     return _tokenizer_module().load_tokenizer(minilm.tokenizer_path(), max_length=256)
 
 
@@ -50,7 +51,7 @@ def test_reader_shapes_and_types() -> None:
     assert ((ids == 0) == (mask == 0)).all()  # padding is exactly the masked positions
 
 
-def test_tokenizer_truncates_and_pads_to_longest(tok) -> None:  # type: ignore[no-untyped-def]
+def test_tokenizer_truncates_and_pads_to_longest(tok: Any) -> None:
     model = _tokenizer_module()
     ids, mask = model.encode(tok, ["A cup of tea, please.", "word " * 400, "Hi."])
     assert ids.shape == mask.shape == (3, 256)
@@ -62,7 +63,7 @@ def test_tokenizer_truncates_and_pads_to_longest(tok) -> None:  # type: ignore[n
     )
 
 
-def test_tokenizer_non_ascii_and_empty(tok) -> None:  # type: ignore[no-untyped-def]
+def test_tokenizer_non_ascii_and_empty(tok: Any) -> None:
     model = _tokenizer_module()
     texts = model.decode_texts(np.array(["Café in Zürich, −5 °C".encode(), b""], dtype=object))
     assert texts == ["Café in Zürich, −5 °C", ""]
@@ -79,7 +80,7 @@ def test_tokenizer_rejects_bad_input() -> None:
         model.decode_texts(np.array([3.5], dtype=object))
 
 
-def test_tokenizer_matches_the_reader(tok) -> None:  # type: ignore[no-untyped-def]
+def test_tokenizer_matches_the_reader(tok: Any) -> None:
     texts = minilm.load_texts(EVAL)[:16]
     ids, mask = _tokenizer_module().encode(tok, texts)
     ref = minilm.tokenize(texts)
@@ -91,7 +92,7 @@ def test_tokenizer_matches_the_reader(tok) -> None:  # type: ignore[no-untyped-d
 def test_torch_module_equals_sentence_transformers() -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("sentence_transformers")
-    texts = minilm.load_texts(EVAL)[:24] + ["", "Hi.", "word " * 400]
+    texts = [*minilm.load_texts(EVAL)[:24], "", "Hi.", "word " * 400]
     ref = minilm.reference_embeddings(texts)
     arrays = minilm.tokenize(texts)
     with torch.inference_mode():

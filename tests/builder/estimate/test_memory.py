@@ -14,6 +14,7 @@ from builder.estimate.plan import (
     GIB,
     MIB,
     SERVER_BASE,
+    SERVER_IO_COPIES,
     STUB_BASE,
     advise,
     core_rows,
@@ -87,7 +88,9 @@ def test_rows_weights_by_precision_and_instances(tmp_path: Path) -> None:
     assert by["cpu", "fp16"].activations == 2 * 8 * 32 * 4  # ORT's CPU kernels compute in fp32
     cpu = by["cpu", "fp32"]
     assert cpu.instances == 2
-    assert cpu.total == SERVER_BASE + 2 * (STUB_BASE + cpu.weights + cpu.activations + cpu.io) + cpu.io
+    assert cpu.total == (
+        SERVER_BASE + 2 * (STUB_BASE + cpu.weights + cpu.activations + cpu.io) + SERVER_IO_COPIES * cpu.io
+    )
     assert by["cpu", "fp32"].served and not by["cpu", "fp16"].served
     assert max_shapes(model) == {"x": [8, 16]}
 

@@ -1,0 +1,188 @@
+"""The memory plan: per model and variant, weights + activations at the profile's max shape,
+times instances, against the memory of the GPU (or the host).
+
+Device model (stated so it can be checked; ``tritonforge estimate --measure`` does):
+
+* ``cpu`` (the local target: ONNX Runtime inside a Python-backend stub, one process per
+  instance): each instance holds the stub (``STUB_BASE``: interpreter, numpy, onnxruntime),
+  its own weights, its own activations, and the request/response tensors; the server process
+  (``SERVER_BASE``) holds one more copy of the request/response tensors (shared memory).
+  ONNX Runtime's CPU kernels compute fp16 models in fp32 (inserted casts), so activations
+  count 4 bytes per element for fp32/fp16/int8_dynamic and 1 for static int8 (QLinear ops).
+* ``gpu`` (TensorRT): weights once per model at the variant's precision, activations per
+  instance (one execution context each) at the variant's precision, plus ``GPU_CONTEXT``.
+
+Weights are the float (and int8) parameters of the fp32 graph times bytes per parameter.
+Activations are the peak of live tensors over the graph at the max batch and each dynamic
+input's profile max shape, from ONNX shape inference (no fusion or in-place reuse assumed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from builder.estimate.graph import FLOAT_TYPES, activation_peak, count_params, io_bytes, natural_bytes
+from builder.spec import ModelSpec, Precision, PythonModelSpec
+
+MIB = 1024**2
+GIB = 1024**3
+# Measured here (tritonserver 2.51 from nvidia-pytriton 0.7, Python 3.11, onnxruntime 1.31):
+SERVER_BASE = 34 * MIB  # tritonserver, explicit model control, nothing loaded
+STUB_BASE = 64 * MIB  # one Python-backend stub with numpy and onnxruntime imported, tiny model
+SERVER_IO_COPIES = 2  # the server holds a request's tensors twice: the HTTP/gRPC body and the shm copy
+GPU_CONTEXT = 300 * MIB  # CUDA context and TensorRT runtime (not measurable here: no GPU)
+
+PARAM_BYTES = {Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1, Precision.INT8_DYNAMIC: 1}
+# Bytes per parameter resident on each device. ONNX Runtime's CPU provider runs static int8
+# (Q/DQ) models' convolutions on dequantized weights: the int8 weights plus an fp32 copy.
+RESIDENT_PARAM_BYTES = {
+    "cpu": {**PARAM_BYTES, Precision.INT8: 1 + 4},
+    "gpu": {Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1},
+}
+# Bytes per float activation element. On the CPU the variant's own graph is walked (its Q/DQ
+# nodes included) and floats count 4 bytes: ORT's x86 kernels compute fp16 models in fp32.
+ACT_BYTES = {
+    "cpu": {Precision.FP32: 4, Precision.FP16: 4, Precision.INT8: 4, Precision.INT8_DYNAMIC: 4},
+    "gpu": {Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1},
+}
+
+
+@dataclass
+class Row:
+    model: str
+    variant: str
+    device: str
+    params: int
+    weights: int
+    activations: int
+    io: int
+    instances: int
+    max_shape: str
+    total: int  # this model loaded alone, server process included (cpu) or context included (gpu)
+    model_bytes: int  # what the model adds: total minus the server / GPU context
+    served: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def elem_bytes_for(device: str, precision: Precision):  # type: ignore[no-untyped-def]
+    act = ACT_BYTES[device][precision]
+
+    def size(onnx_type: int) -> int:
+        return act if onnx_type in FLOAT_TYPES else natural_bytes(onnx_type)
+
+    return size
+
+
+def max_shapes(model: ModelSpec) -> dict[str, list[int]]:
+    """Every input at the max batch and the first profile's max non-batch shape."""
+    batch = [model.max_batch_size] if model.max_batch_size > 0 else []
+    return {t.name: batch + list(model.shape_range(t).max) for t in model.inputs}
+
+
+def core_rows(model: ModelSpec, graphs: Mapping[Precision, Path], served: Precision | None) -> list[Row]:
+    """Rows for each variant on cpu and gpu. ``graphs``: the ONNX file of each built variant;
+    parameters are counted on the fp32 graph (else any), activations on the variant's own graph
+    for the cpu (what ONNX Runtime runs) and on the fp32 graph, scaled, for the gpu (TensorRT
+    fuses Q/DQ)."""
+    loaded = {p: onnx.load(str(path)) for p, path in graphs.items()}
+    reference = loaded.get(Precision.FP32) or next(iter(loaded.values()))
+    params = count_params(reference)
+    shapes = max_shapes(model)
+    shape_text = ", ".join(f"{k}{v}" for k, v in shapes.items())
+    n = model.instances.count
+    rows = []
+    for device in ("cpu", "gpu"):
+        for precision in model.precisions:
+            if precision not in ACT_BYTES[device]:
+                continue
+            graph = loaded.get(precision, reference) if device == "cpu" else reference
+            size = elem_bytes_for(device, precision)
+            weights = params * PARAM_BYTES[precision]
+            resident = params * RESIDENT_PARAM_BYTES[device][precision]
+            act = activation_peak(graph, shapes, size)
+            io = io_bytes(graph, shapes, size)
+            if device == "cpu":
+                model_bytes = n * (STUB_BASE + resident + act + io) + SERVER_IO_COPIES * io
+                total = SERVER_BASE + model_bytes
+            else:
+                model_bytes = resident + n * act
+                total = GPU_CONTEXT + model_bytes
+            row = Row(model.name, precision.value, device, params, weights, act, io, n, shape_text, total,
+                      model_bytes, served=(device == "cpu" and precision == served))  # fmt: skip
+            if resident != weights:
+                row.notes.append(f"resident weights {resident / MIB:.1f} MiB (int8 + fp32 copy)")
+            rows.append(row)
+    return rows
+
+
+def python_row(pm: PythonModelSpec) -> Row:
+    n = pm.instances.count
+    return Row(pm.name, "python", "cpu", 0, 0, 0, 0, n, "-", SERVER_BASE + n * STUB_BASE, n * STUB_BASE,
+               served=True)  # fmt: skip
+
+
+def advise(rows: list[Row], capacity: int, device: str, models: dict[str, ModelSpec]) -> list[str]:
+    """When the served plan does not fit: what to cut first, with the bytes each cut saves."""
+    plan = [r for r in rows if r.device == device and (r.served or device == "gpu")]
+    if device == "gpu":  # one variant per model on the GPU: the first in GPU preference
+        chosen: dict[str, Row] = {}
+        for r in plan:
+            if r.model not in chosen or _gpu_rank(r.variant) < _gpu_rank(chosen[r.model].variant):
+                chosen[r.model] = r
+        plan = list(chosen.values())
+    base = SERVER_BASE if device == "cpu" else GPU_CONTEXT
+    total = base + sum(r.model_bytes for r in plan)
+    lines = [f"{device}: plan {total / GIB:.2f} GiB of {capacity / GIB:.2f} GiB"]
+    if total <= capacity:
+        return [lines[0] + " - fits"]
+    lines[0] += f" - DOES NOT FIT (over by {(total - capacity) / GIB:.2f} GiB); cut first:"
+    cuts: list[tuple[int, str]] = []
+    for r in plan:
+        spec = models.get(r.model)
+        if spec is None:
+            continue
+        lower = [x for x in rows if x.model == r.model and x.device == device and x.total < r.total]
+        if lower:
+            best = min(lower, key=lambda x: x.total)
+            cuts.append((r.total - best.total, f"precision: {r.model} {r.variant} -> {best.variant}"))
+        if spec.max_batch_size > 1:
+            saved = (r.activations + r.io) * r.instances // 2
+            cuts.append((saved, f"max shape: {r.model} max_batch_size {spec.max_batch_size} -> "
+                                f"{spec.max_batch_size // 2}"))  # fmt: skip
+        if r.instances > 1:
+            per = r.activations + (r.weights + STUB_BASE + r.io if device == "cpu" else 0)
+            cuts.append((per * (r.instances - 1), f"instances: {r.model} {r.instances} -> 1"))
+    for saved, text in sorted((c for c in cuts if c[0] > 0), key=lambda c: -c[0]):
+        lines.append(f"  - {text}: saves {_size(saved)}")
+    return lines
+
+
+def _size(n: int) -> str:
+    return f"{n / MIB:.0f} MiB" if n >= MIB else f"{n / 1024:.1f} KiB"
+
+
+def _gpu_rank(variant: str) -> int:
+    order = ["int8", "fp16", "fp32"]
+    return order.index(variant) if variant in order else len(order)
+
+
+def table(rows: list[Row]) -> str:
+    head = ["model", "variant", "device", "params", "weights MiB", "activations MiB", "io MiB", "instances",
+            "max shape", "model MiB", "total MiB"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        mark = " (served)" if r.served and r.device == "cpu" and r.variant != "python" else ""
+        lines.append(
+            f"| {r.model} | {r.variant}{mark} | {r.device} | {r.params:,} | {r.weights / MIB:.1f} | "
+            f"{r.activations / MIB:.1f} | {r.io / MIB:.1f} | {r.instances} | {r.max_shape} | "
+            f"{r.model_bytes / MIB:.1f} | {r.total / MIB:.1f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,116 @@
+"""Measured resident memory of the served process tree: tritonserver plus its Python-backend
+stubs (separate processes, summed), each model loaded alone in explicit model-control mode."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from builder.server import TritonServer
+from builder.spec import ModelSpec
+
+
+def vm_rss(pid: int) -> int:
+    """VmRSS of one process in bytes (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    """Direct and indirect children of ``pid`` (from /proc/<pid>/stat's ppid field)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """(server RSS, sum of its descendants' RSS) in bytes."""
+    return vm_rss(pid), sum(vm_rss(c) for c in children(pid))
+
+
+@dataclass
+class Measured:
+    model: str
+    server: int  # tritonserver process
+    stubs: int  # Python-backend stub processes, summed
+    after_load: int  # server + stubs right after loading (warm-up done)
+
+    @property
+    def total(self) -> int:
+        return self.server + self.stubs
+
+
+def max_shape_request(model: ModelSpec, url: str, name: str) -> None:
+    """One request at the max batch and the profile's max shape (where the estimate is taken)."""
+    import tritonclient.http as httpclient  # type: ignore[import-untyped]
+
+    from builder.dtypes import to_numpy
+
+    client = httpclient.InferenceServerClient(url.split("://", 1)[1], network_timeout=300)
+    batch = [model.max_batch_size] if model.max_batch_size > 0 else []
+    inputs = []
+    rng = np.random.default_rng(0)
+    for t in model.inputs:
+        shape = batch + list(model.shape_range(t).max)
+        dtype = to_numpy(t.dtype)
+        data = rng.random(shape).astype(dtype) if t.dtype.is_float else np.zeros(shape, dtype=dtype)
+        inp = httpclient.InferInput(t.name, shape, t.dtype.value)
+        inp.set_data_from_numpy(data, binary_data=True)
+        inputs.append(inp)
+    client.infer(name, inputs)
+
+
+def measure(
+    repo: Path,
+    models: dict[str, ModelSpec],
+    log: Callable[[str], None] = lambda _: None,
+    settle_s: float = 1.0,
+) -> tuple[int, list[Measured]]:
+    """Baseline RSS of the empty server, then each model (served name -> spec) loaded alone."""
+    import tritonclient.http as httpclient
+
+    results = []
+    with TritonServer(repo, model_control="explicit") as server:
+        assert server.pid is not None
+        client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1], network_timeout=300)
+        time.sleep(settle_s)
+        baseline = sum(tree_rss(server.pid))
+        for name, spec in models.items():
+            client.load_model(name)
+            time.sleep(settle_s)
+            after_load = sum(tree_rss(server.pid))
+            max_shape_request(spec, server.http_url, name)
+            time.sleep(settle_s)
+            srv, stubs = tree_rss(server.pid)
+            results.append(Measured(name, srv, stubs, after_load))
+            log(f"measured {name}: server {srv / 2**20:.1f} MiB + stubs {stubs / 2**20:.1f} MiB")
+            client.unload_model(name)
+            deadline = time.monotonic() + 30
+            while children(server.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+    return baseline, results

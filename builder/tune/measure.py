@@ -1,0 +1,136 @@
+"""Measuring candidates on a real tritonserver in explicit model-control mode.
+
+The model's folder from a fresh build (same artifacts, hard-linked) is copied into a
+scratch repository; for each candidate only ``config.pbtxt`` is rewritten, through the
+real ``builder.configs.core_config``, and the model is reloaded with the explicit
+model-control API. Each load point is one perf_analyzer run through ``clients.perf``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from builder.configs import core_config, write_config
+from builder.errors import BuildError
+from builder.perf_cli import real_input_data, spec_shapes
+from builder.server import TritonServer
+from builder.spec import ModelSpec, Precision, Spec
+from builder.tune.candidates import Candidate, apply
+from builder.tune.search import Point
+from clients.perf import run_perf
+from clients.perf.runner import Measurement
+
+
+def build_local(spec_file: Path, out: Path, log: Callable[[str], None]) -> Path:
+    """Build (from the stage cache when nothing changed) the local-target repository."""
+    from builder.pipeline import BuildOptions, build
+
+    build(BuildOptions(spec_file=spec_file, repo=out, target="local", log=log))
+    return out
+
+
+def served_variant(repo: Path, name: str) -> Precision:
+    manifest = json.loads((repo / "manifest.json").read_text())
+    if manifest.get("target") != "local":
+        raise BuildError(f"{repo} was built for target '{manifest.get('target')}', tuning needs 'local'")
+    return Precision(manifest["models"][name]["served"])
+
+
+def scratch_copy(built: Path, name: str, scratch: Path) -> Path:
+    """``scratch/<name>`` with the built model's files hard-linked (only config.pbtxt changes)."""
+    dst = scratch / name
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(built / name, dst, copy_function=_link)
+    (dst / "config.pbtxt").unlink()  # replaced, never written through the hard link
+    return dst
+
+
+class Bench:
+    """One server, one model; ``measure(candidate, concurrency)`` loads the candidate when needed."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        spec_file: Path,
+        name: str,
+        work: Path,
+        settings: Measurement,
+        log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    ) -> None:
+        self.spec, self.spec_file, self.name, self.work = spec, spec_file, name, work
+        self.model: ModelSpec = spec.model(name)
+        self.settings, self.log = settings, log
+        built = build_local(spec_file, work / "built", log=lambda _: None)
+        self.variant = served_variant(built, name)
+        self.repo = work / "repo"
+        self.repo.mkdir(parents=True, exist_ok=True)
+        self.model_dir = scratch_copy(built, name, self.repo)
+        self.shapes = spec_shapes(spec, self.model)
+        self.input_data = (
+            real_input_data(spec, spec_file, self.model, work / f"{name}.input_data.json")
+            if any(t.dynamic for t in self.model.inputs)
+            else None
+        )
+        self.server = TritonServer(self.repo, model_control="explicit", log_path=work / "server.log")
+        self.current: Candidate | None = None
+        self.loads = 0
+
+    def __enter__(self) -> Bench:
+        self.server.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.server.stop()
+
+    def load(self, cand: Candidate) -> None:
+        """Write the candidate's config.pbtxt and (re)load the model."""
+        import tritonclient.http as httpclient  # type: ignore[import-untyped]
+
+        cfg = core_config(
+            apply(self.model, cand), "local", variant=self.variant, name=self.name,
+            threads=self.model.serve.threads,
+        )  # fmt: skip
+        write_config(cfg, self.model_dir)
+        client = httpclient.InferenceServerClient(self.server.http_url.split("://", 1)[1])
+        try:
+            client.load_model(self.name)
+        except Exception as exc:
+            self.current = None
+            raise BuildError(
+                f"{self.name} [{cand.label}] did not load: {exc}\n{self.server.log_tail(10)}"
+            ) from exc
+        self.current = cand
+        self.loads += 1
+
+    def measure(self, cand: Candidate, concurrency: int) -> Point:
+        if cand != self.current:
+            self.load(cand)
+        slug = f"{cand.label.replace(' ', '_').replace('[', '').replace(']', '').replace(',', '-')}"
+        report = run_perf(
+            self.server.http_url, self.name, shapes=self.shapes, concurrency=[concurrency],
+            input_data=self.input_data, out_dir=self.work / "perf", metrics_url=self.server.metrics_url,
+            settings=self.settings, stem=f"{slug}_c{concurrency}",
+        )  # fmt: skip
+        p = report.points[0]
+        point = Point(concurrency, p.throughput, p.p50_ms, p.p99_ms, p.server_avg_batch)
+        self.log(
+            f"  {cand.label:<28} c={concurrency:<3} {p.throughput:8.1f}/s  p50 {p.p50_ms:8.1f} ms  "
+            f"p99 {p.p99_ms:8.1f} ms  batch {p.server_avg_batch:.2f}"
+        )
+        return point
+
+
+def _link(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
