@@ -139,7 +139,9 @@ def test_exported_onnx_matches_torch_on_eval_images(tmp_path: Path, eval_images:
 
 
 @pytest.mark.slow
-def test_int8_calibrated_as_the_spec_says_keeps_the_logits(tmp_path: Path, eval_images: NDArray[np.float32]) -> None:
+def test_int8_calibrated_as_the_spec_says_keeps_the_logits(
+    tmp_path: Path, eval_images: NDArray[np.float32]
+) -> None:
     from builder.data import load_samples
     from builder.stages.quantize import quantize_int8
     from builder.stages.verify import output_metrics, run_onnx
