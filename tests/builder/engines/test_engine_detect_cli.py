@@ -41,9 +41,8 @@ def test_cli_skips_in_one_line_and_exits_0(capsys: pytest.CaptureFixture[str]) -
     assert _run() == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1
-    assert out[0].startswith(
-        "engines: skipped TensorRT plans for simple (fp32), resnet18 (fp32, fp16, int8): "
-    )
+    assert out[0].startswith("engines: skipped TensorRT plans for simple (fp32), resnet18 (fp32, fp16, int8)")
+    assert "TensorRT is not installed" in out[0] or "no CUDA device" in out[0]
 
 
 def test_cli_require_engines_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
