@@ -1,0 +1,289 @@
+"""Shared pieces of the benchmarks: scratch repositories built by the real builder from spec
+copies, the in-process ONNX Runtime limit, perf_analyzer sweeps, the machine header."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WORK = RESULTS / "work"  # scratch specs, repositories, perf_analyzer files (git-ignored)
+CACHE = ROOT / ".tritonforge" / "cache"  # the project's stage cache: unchanged stages are reused
+FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass
+class Options:
+    quick: bool = False
+
+    @property
+    def window_s(self) -> float:
+        """Seconds of traffic per perf_analyzer count window (sets --measurement-request-count)."""
+        return 1.0 if self.quick else 2.0
+
+    @property
+    def max_trials(self) -> int:
+        return 6 if self.quick else 10
+
+
+# ---------------------------------------------------------------- machine header
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    versions = {}
+    for dist in ("onnxruntime", "nvidia-pytriton", "tritonclient", "torch", "numpy"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[dist] = importlib.metadata.version(dist)
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tritonserver": "2.51.0 (nvidia-pytriton bundle)",
+        "versions": versions,
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# ---------------------------------------------------------------- scratch repositories
+
+
+def zoo_models() -> dict[str, dict[str, Any]]:
+    raw = yaml.safe_load((ROOT / "models.yaml").read_text())
+    return {m["name"]: m for m in raw["models"]}
+
+
+def _abs(path: str) -> str:
+    return path if FACTORY.match(path) or Path(path).is_absolute() else str(ROOT / path)
+
+
+def absolutize(model: dict[str, Any]) -> dict[str, Any]:
+    """A zoo entry whose file paths still resolve from a spec written under bench/results/work."""
+    m = copy.deepcopy(model)
+    if str(m.get("source", "")).endswith(".onnx"):
+        m["source"] = _abs(m["source"])
+    for t in m.get("outputs", []):
+        if t.get("labels"):
+            t["labels"] = _abs(t["labels"])
+    for section in ("calibration", "evaluation"):
+        if m.get(section, {}).get("data"):
+            m[section]["data"] = _abs(m[section]["data"])
+    if "path" in m:
+        m["path"] = _abs(m["path"])
+    if "files" in m:
+        m["files"] = [_abs(f) for f in m["files"]]
+    return m
+
+
+def light_model(**changes: Any) -> dict[str, Any]:
+    """The light model's spec entry (a small CNN, ~1 ms per image on two threads)."""
+    spec: dict[str, Any] = {
+        "name": "light_cnn",
+        "source": "bench.light_model:build",
+        "inputs": [{"name": "input", "dtype": "FP32", "dims": [3, 32, 32]}],
+        "outputs": [{"name": "logits", "dtype": "FP32", "dims": [10]}],
+        "max_batch_size": 32,
+        "batching": {"queue": {"max_queue_size": 256}},
+        "profiles": [{"opt_batch": 8}],
+        "precisions": ["fp32"],
+        "evaluation": {"reader": "bench.light_model:evaluation_samples"},
+        "tolerances": {"fp32": {"min_cosine": 0.9999}},
+        "warmup": {"batch_sizes": [1, 8]},
+        "serve": {"threads": 2},
+    }
+    spec.update(changes)
+    return spec
+
+
+def build_repo(
+    name: str, models: Sequence[dict[str, Any]], python_models: Sequence[dict[str, Any]] = ()
+) -> Path:
+    """Write a spec with these entries and build it (local target) through the real builder."""
+    from builder.pipeline import BuildOptions, build
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    spec_file = WORK / f"{name}.yaml"
+    body: dict[str, Any] = {"models": [absolutize(m) for m in models]}
+    if python_models:
+        body["python_models"] = [absolutize(p) for p in python_models]
+    spec_file.write_text(yaml.safe_dump(body, sort_keys=False))
+    repo = WORK / f"repo_{name}"
+    build(BuildOptions(spec_file=spec_file, repo=repo, target="local", cache_dir=CACHE, log=lambda _: None))
+    return repo
+
+
+@contextlib.contextmanager
+def serving(repo: Path, tag: str) -> Iterator[Any]:
+    """A tritonserver on loopback, free ports; always stopped."""
+    from builder.server import TritonServer
+
+    server = TritonServer(repo, log_path=WORK / f"server_{tag}.log")
+    server.start(timeout=180)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- workloads
+
+
+@dataclass
+class Workload:
+    """One served model and how to feed it, in-process and through perf_analyzer."""
+
+    model: str  # served name
+    onnx: Path
+    threads: int
+    batches: Sequence[int]  # in-process batch sizes to try (the profile's sizes)
+    feed: Callable[[int], dict[str, np.ndarray]]
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    perf_args: tuple[str, ...] = ()
+
+
+def resnet_feed(b: int) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(0).random((b, 3, 224, 224), dtype=np.float32)}
+
+
+def minilm_feed(b: int, seq: int = 128) -> dict[str, np.ndarray]:
+    # The same zeros perf_analyzer sends (--input-data zero): compute does not depend on the ids.
+    z = np.zeros((b, seq), np.int64)
+    return {"input_ids": z, "attention_mask": z}
+
+
+def light_feed(b: int) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(0).standard_normal((b, 3, 32, 32), dtype=np.float32)}
+
+
+def profile_batches(model: dict[str, Any]) -> list[int]:
+    mbs = int(model.get("max_batch_size", 0))
+    opt = (model.get("profiles") or [{}])[0].get("opt_batch", min(mbs, 8))
+    return sorted({1, 4, int(opt), 16, mbs} & set(range(1, mbs + 1)))
+
+
+def workload(repo: Path, served: str, spec: dict[str, Any], feed: Callable[[int], Any]) -> Workload:
+    threads = int(spec.get("serve", {}).get("threads", 0))
+    shapes: dict[str, list[int]] = {}
+    args: tuple[str, ...] = ()
+    for t in spec["inputs"]:
+        if -1 in t["dims"]:
+            shapes[t["name"]] = [128]
+            args = ("--input-data", "zero")
+    return Workload(served, repo / served / "1" / "model.onnx", threads, profile_batches(spec), feed, shapes, args)
+
+
+# ---------------------------------------------------------------- in-process limit
+
+
+def ort_session(path: Path, threads: int) -> Any:
+    """The session the onnx_runner model creates (same options, same intra-op thread count)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def in_process(w: Workload, seconds: float) -> dict[str, Any]:
+    """Inferences per second at each batch size; ``best`` is the limit."""
+    session = ort_session(w.onnx, w.threads)
+    per_batch: dict[int, float] = {}
+    for b in w.batches:
+        feed = w.feed(b)
+        session.run(None, feed)
+        n, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds or n < 3 * b:
+            session.run(None, feed)
+            n += b
+        per_batch[b] = n / elapsed
+    best = max(per_batch, key=lambda k: per_batch[k])
+    return {"per_batch": per_batch, "best_batch": best, "throughput": per_batch[best]}
+
+
+# ---------------------------------------------------------------- served
+
+
+def sweep(
+    url: str,
+    w: Workload,
+    concurrency: Sequence[int],
+    opts: Options,
+    *,
+    rate_hint: float,
+    tag: str,
+    metrics_url: str | None = None,
+) -> list[dict[str, Any]]:
+    """perf_analyzer over gRPC at each concurrency; count windows sized to ~window_s of traffic."""
+    from clients.perf import run_perf
+    from clients.perf.runner import Measurement
+
+    count = int(min(1500, max(40, rate_hint * opts.window_s)))
+    settings = Measurement(
+        request_count=count, stability_percentage=50, max_trials=opts.max_trials, retries=1,
+        protocol="grpc", timeout_s=300, extra_args=w.perf_args,
+    )  # fmt: skip
+    report = run_perf(
+        url, w.model, shapes=w.shapes or None, concurrency=concurrency, out_dir=WORK / "perf" / tag,
+        metrics_url=metrics_url, settings=settings, stem=tag,
+    )  # fmt: skip
+    return [_point(p) for p in report.points]
+
+
+def _point(p: Any) -> dict[str, Any]:
+    keep = ("value", "throughput", "p50_ms", "p99_ms", "server_queue_ms", "server_compute_ms",
+            "server_avg_batch", "request_count")  # fmt: skip
+    out = {k: getattr(p, k) for k in keep}
+    out["concurrency"] = int(out.pop("value"))
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in out.items()}
+
+
+def best(points: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(points, key=lambda p: p["throughput"])
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class Row:
+    benchmark: str
+    measured: str
+    target: str
+    met: bool | None  # None: recorded, no target
+
+    def cells(self) -> list[str]:
+        met = "-" if self.met is None else ("yes" if self.met else "**no**")
+        return [self.benchmark, self.measured, self.target, met]
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+

@@ -1,0 +1,71 @@
+"""2. Dynamic batching that never hurts: the builder's default config against the same model
+built with ``batching.enabled: false``, at concurrency 1, 4, 16. Both servers run side by side;
+at each concurrency the order of the two measurements alternates, so drift does not favour one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import (
+    Options,
+    Row,
+    build_repo,
+    in_process,
+    light_feed,
+    light_model,
+    minilm_feed,
+    serving,
+    sweep,
+    workload,
+    zoo_models,
+)
+
+NAME = "dynamic_batching"
+P99_SLACK = 1.05  # "p99 no worse": within 5 % (the run-to-run noise of a p99 here)
+
+
+def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
+    zoo = zoo_models()
+    minilm = zoo["minilm_encoder"]
+    off = {"batching": {"enabled": False}}
+    models = [minilm, light_model()]
+    repo_on = build_repo(f"{NAME}_on", models)
+    repo_off = build_repo(f"{NAME}_off", [{**m, **off} for m in models])
+    concurrency = (1, 16) if opts.quick else (1, 4, 16)
+    cases = [("minilm_encoder", minilm, minilm_feed)]
+    if not opts.quick:
+        cases.append(("light_cnn", light_model(), light_feed))
+    results: dict[str, Any] = {}
+    rows = []
+    with serving(repo_on, f"{NAME}_on") as on, serving(repo_off, f"{NAME}_off") as off_server:
+        for model, spec, feed in cases:
+            w_on = workload(repo_on, model, spec, feed)
+            w_off = workload(repo_off, model, spec, feed)
+            hint = in_process(w_on, 1.0)["throughput"]
+            per_c: dict[int, Any] = {}
+            for i, c in enumerate(concurrency):
+                pair = [("on", on, w_on), ("off", off_server, w_off)]
+                got = {}
+                for key, server, w in pair if i % 2 == 0 else pair[::-1]:
+                    got[key] = sweep(server.grpc_url, w, (c,), opts, rate_hint=hint,
+                                     tag=f"{NAME}_{model}_{key}_c{c}", metrics_url=server.metrics_url)[0]  # fmt: skip
+                ratio = got["on"]["throughput"] / got["off"]["throughput"]
+                p99 = got["on"]["p99_ms"] / got["off"]["p99_ms"]
+                per_c[c] = {**got, "ratio": ratio, "p99_ratio": p99}
+                if c == 1:
+                    target, ok = ">= 0.95x", ratio >= 0.95
+                elif c == 16:
+                    target, ok = ">= 1.3x, p99 no worse", ratio >= 1.3 and p99 <= P99_SLACK
+                else:
+                    target, ok = "-", None
+                if model != "minilm_encoder":
+                    target, ok = f"(recorded) {target}", None
+                rows.append(Row(
+                    f"2. dynamic batching on/off: {model} c{c}",
+                    f"{ratio:.2f}x ({got['on']['throughput']:.0f} / {got['off']['throughput']:.0f} inf/s), "
+                    f"p99 {got['on']['p99_ms']:.1f} / {got['off']['p99_ms']:.1f} ms, "
+                    f"avg batch {got['on']['server_avg_batch'] or 0:.1f}",
+                    target, ok,
+                ))  # fmt: skip
+            results[model] = per_c
+    return results, rows

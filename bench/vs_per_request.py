@@ -1,0 +1,48 @@
+"""4. Against a hand-written Python-backend model running the same ONNX file once per request,
+without batching (bench/per_request/model.py, its config written by the builder from a spec
+entry). Both are served by one tritonserver and measured alternately at concurrency 1 and 16."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import ROOT, Options, Row, build_repo, in_process, light_feed, light_model, serving, sweep, workload
+
+NAME = "vs_per_request"
+
+
+def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
+    spec = light_model()
+    core_repo = build_repo(f"{NAME}_core", [spec])
+    per_request = {
+        "name": "light_cnn_per_request",
+        "path": str(ROOT / "bench" / "per_request"),
+        "inputs": spec["inputs"],
+        "outputs": spec["outputs"],
+        "max_batch_size": spec["max_batch_size"],
+        "batching": {"enabled": False},
+        "parameters": {"intra_op_threads": spec["serve"]["threads"]},
+        "files": [str(core_repo / "light_cnn" / "1" / "model.onnx")],
+    }
+    repo = build_repo(NAME, [spec], [per_request])
+    ours = workload(repo, "light_cnn", spec, light_feed)
+    theirs = workload(repo, "light_cnn_per_request", spec, light_feed)
+    hint = in_process(ours, 1.0)["throughput"]
+    results: dict[str, Any] = {}
+    rows = []
+    with serving(repo, NAME) as server:
+        for i, c in enumerate((1, 16)):
+            order = [("tritonforge", ours), ("per_request", theirs)]
+            got = {}
+            for key, w in order if i % 2 == 0 else order[::-1]:
+                got[key] = sweep(server.grpc_url, w, (c,), opts, rate_hint=hint, tag=f"{NAME}_{key}_c{c}",
+                                 metrics_url=server.metrics_url)[0]  # fmt: skip
+            ratio = got["tritonforge"]["throughput"] / got["per_request"]["throughput"]
+            results[c] = {**got, "ratio": ratio}
+            rows.append(Row(
+                f"4. vs per-request Python model: light_cnn c{c}",
+                f"{ratio:.2f}x ({got['tritonforge']['throughput']:.0f} / {got['per_request']['throughput']:.0f} "
+                f"inf/s; p99 {got['tritonforge']['p99_ms']:.1f} / {got['per_request']['p99_ms']:.1f} ms)",
+                "recorded", None,
+            ))  # fmt: skip
+    return results, rows
