@@ -79,7 +79,7 @@ def build(opts: BuildOptions) -> BuildResult:
     from builder import repository  # imports the config writer only when building
 
     start = time.perf_counter()
-    spec_file = opts.spec_file.resolve()
+    spec_file = opts.spec_file  # as the user wrote it: error messages name it so
     spec = load_spec(spec_file)
     spec_dir = spec_file.parent
     target = resolve_target(opts.target)
@@ -356,7 +356,7 @@ def source_fingerprint(model: ModelSpec, ctx: BuildContext) -> str:
 def module_fingerprint(ref: str, spec_dir: Path) -> str:
     """Hash of the source file defining ``pkg.mod:fn`` (without importing it)."""
     module = ref.partition(":")[0]
-    root = str(spec_dir)
+    root = str(spec_dir.resolve())
     if root not in sys.path:
         sys.path.insert(0, root)
     try:

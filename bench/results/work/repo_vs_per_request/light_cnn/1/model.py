@@ -1,0 +1,123 @@
+"""The ``local`` target's core model: ONNX Runtime inside Triton's Python backend.
+
+Triton's dynamic batcher hands ``execute`` a list of requests. They are run
+as few ONNX Runtime calls as possible: requests whose non-batch shapes agree
+are concatenated along the batch axis, run once, and the result is split
+back into per-request views. A failing group is retried request by request
+so that one bad request fails alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+# ONNX Runtime's type strings for the inputs it may be given.
+ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"]
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = int(params.get("intra_op_threads", "0") or 0)
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        path = folder / params.get("onnx_file", "model.onnx")
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.inputs = [(i.name, ORT_TYPES.get(i.type)) for i in self.session.get_inputs()]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
+        ]
+        self.output_names = [name for name, _ in self.outputs]
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        feeds: dict[int, dict[str, np.ndarray]] = {}
+        for i, request in enumerate(requests):
+            try:
+                feeds[i] = self._feed(request)
+            except Exception as exc:
+                responses[i] = _error(f"bad input: {exc}")
+        for group in self._groups(feeds):
+            self._run_group(group, feeds, responses)
+        return responses
+
+    def _feed(self, request: Any) -> dict[str, np.ndarray]:
+        feed = {}
+        for name, dtype in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                continue  # optional input; ORT reports it if the graph needs it
+            array = tensor.as_numpy()
+            feed[name] = array if dtype is None or array.dtype == dtype else array.astype(dtype)
+        return feed
+
+    def _groups(self, feeds: dict[int, dict[str, np.ndarray]]) -> list[list[int]]:
+        """Indices of requests that can share one run: same inputs, same non-batch shapes."""
+        if not self.batched:
+            return [[i] for i in feeds]
+        groups: dict[tuple, list[int]] = {}
+        for i, feed in feeds.items():
+            key = tuple((name, a.shape[1:]) for name, a in feed.items())
+            groups.setdefault(key, []).append(i)
+        return list(groups.values())
+
+    def _run_group(
+        self, group: list[int], feeds: dict[int, dict[str, np.ndarray]], responses: list[Any]
+    ) -> None:
+        if len(group) == 1:
+            responses[group[0]] = self._respond_one(feeds[group[0]])
+            return
+        members = [feeds[i] for i in group]
+        sizes = [next(iter(f.values())).shape[0] for f in members]
+        batch = {name: np.concatenate([f[name] for f in members]) for name in members[0]}
+        try:
+            results = self.session.run(self.output_names, batch)
+        except Exception:
+            for i in group:  # find the culprit: the others still get their answers
+                responses[i] = self._respond_one(feeds[i])
+            return
+        bounds = np.cumsum(sizes)[:-1]
+        per_output = [np.split(r, bounds) for r in results]
+        for k, i in enumerate(group):
+            responses[i] = self._response([parts[k] for parts in per_output])
+
+    def _respond_one(self, feed: dict[str, np.ndarray]) -> Any:
+        try:
+            return self._response(self.session.run(self.output_names, feed))
+        except Exception as exc:
+            return _error(f"onnxruntime: {exc}")
+
+    def _response(self, arrays: list[np.ndarray]) -> Any:
+        tensors = [
+            pb_utils.Tensor(name, np.ascontiguousarray(a, dtype=dtype))
+            for (name, dtype), a in zip(self.outputs, arrays, strict=True)
+        ]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def finalize(self) -> None:
+        self.session = None
+
+
+def _error(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
