@@ -91,7 +91,8 @@ def resolve_shapes(
             f"model '{served.name}': {noun} {need} with dynamic dims need a shape; pass {example} "
             "(sizes without the batch dimension) or an --input-data file with a 'shape' per tensor"
         )
-    return {k: v for k, v in shapes.items() if by_name[k].dynamic}
+    # Shapes the input data gives win: perf_analyzer refuses data that disagrees with --shape.
+    return {k: v for k, v in shapes.items() if by_name[k].dynamic and k not in shaped_in_data}
 
 
 def _check_rank(model: str, tensor: ServedInput, dims: list[int]) -> None:

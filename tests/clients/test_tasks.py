@@ -44,12 +44,14 @@ def test_embedder(triton: Any, protocol: str, url: str) -> None:
         vectors = embedder.embed(texts)
         assert vectors.shape == (4, 384) and vectors.dtype == np.float32
         np.testing.assert_allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-4)
-        np.testing.assert_allclose(embedder.embed(texts[1])[0], vectors[1], atol=1e-4)
+        # int8_dynamic scales activations per batch: alone and batched differ slightly, not in direction.
+        alone = embedder.embed(texts[1])[0]
+        assert float(alone @ vectors[1]) > 0.99
         limit = embedder.client.model("minilm_embed").max_batch_size
         many = [f"sentence number {i}" for i in range(limit + 3)]  # split in two requests
         batched = embedder.embed(many)
         assert batched.shape == (len(many), 384)
-        np.testing.assert_allclose(embedder.embed(many[-1:])[0], batched[-1], atol=1e-4)
+        assert float(embedder.embed(many[-1:])[0] @ batched[-1]) > 0.99
         assert embedder.embed([]).shape == (0, 384)
 
 

@@ -42,7 +42,7 @@ def test_tune_simple(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     (tmp_path / "zoo").symlink_to(ROOT / "zoo")
     args = parser.parse_args([
         "tune", "simple", "--p99-ms", "500", "--spec", str(spec), "--out", str(out),
-        "--concurrency", "1", "2", "--request-count", "50", "--delays-us", "0", "500",
+        "--concurrency", "1", "2", "--request-count", "400", "--delays-us", "0", "500",
         "--max-instances", "1", "--budget-minutes", "3", "--no-confirm", "--apply",
     ])  # fmt: skip
     assert args.func(args) == 0
