@@ -11,7 +11,7 @@ REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
 
-.PHONY: install engines serve test lint typecheck tools docker deploy-manifests clean
+.PHONY: install engines serve test lint typecheck tools bench docker deploy-manifests clean
 
 IMAGE ?= tritonforge:0.1.0
 
@@ -47,6 +47,10 @@ tools: $(STAMP)
 test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Benchmarks against the real tritonserver (about 15 minutes); write bench/results/ and summary.md.
+bench: $(STAMP) tools
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 docker:
 	docker build -t $(IMAGE) .

@@ -34,7 +34,7 @@ class Options:
     @property
     def window_s(self) -> float:
         """Seconds of traffic per perf_analyzer count window (sets --measurement-request-count)."""
-        return 1.0 if self.quick else 2.0
+        return 1.0 if self.quick else 1.5
 
     @property
     def max_trials(self) -> int:
@@ -124,6 +124,7 @@ def build_repo(
     from builder.pipeline import BuildOptions, build
 
     WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / ".gitignore").write_text("*\n")  # scratch: never committed
     spec_file = WORK / f"{name}.yaml"
     body: dict[str, Any] = {"models": [absolutize(m) for m in models]}
     if python_models:
@@ -191,7 +192,9 @@ def workload(repo: Path, served: str, spec: dict[str, Any], feed: Callable[[int]
         if -1 in t["dims"]:
             shapes[t["name"]] = [128]
             args = ("--input-data", "zero")
-    return Workload(served, repo / served / "1" / "model.onnx", threads, profile_batches(spec), feed, shapes, args)
+    return Workload(
+        served, repo / served / "1" / "model.onnx", threads, profile_batches(spec), feed, shapes, args
+    )
 
 
 # ---------------------------------------------------------------- in-process limit
@@ -242,7 +245,7 @@ def sweep(
     from clients.perf import run_perf
     from clients.perf.runner import Measurement
 
-    count = int(min(1500, max(40, rate_hint * opts.window_s)))
+    count = int(min(800, max(40, rate_hint * opts.window_s)))
     settings = Measurement(
         request_count=count, stability_percentage=50, max_trials=opts.max_trials, retries=1,
         protocol="grpc", timeout_s=300, extra_args=w.perf_args,
@@ -286,4 +289,3 @@ def save(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return path
-

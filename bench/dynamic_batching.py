@@ -47,8 +47,9 @@ def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
                 pair = [("on", on, w_on), ("off", off_server, w_off)]
                 got = {}
                 for key, server, w in pair if i % 2 == 0 else pair[::-1]:
-                    got[key] = sweep(server.grpc_url, w, (c,), opts, rate_hint=hint,
-                                     tag=f"{NAME}_{model}_{key}_c{c}", metrics_url=server.metrics_url)[0]  # fmt: skip
+                    tag = f"{NAME}_{model}_{key}_c{c}"
+                    got[key] = sweep(server.grpc_url, w, (c,), opts, rate_hint=hint, tag=tag,
+                                     metrics_url=server.metrics_url)[0]  # fmt: skip
                 ratio = got["on"]["throughput"] / got["off"]["throughput"]
                 p99 = got["on"]["p99_ms"] / got["off"]["p99_ms"]
                 per_c[c] = {**got, "ratio": ratio, "p99_ratio": p99}

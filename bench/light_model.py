@@ -17,7 +17,7 @@ SEED = 20240611
 
 
 def build() -> nn.Module:
-    """Four 3x3 convolutions (64-64-128-128 channels, ~70 M multiply-adds), global average pooling, 10 logits."""
+    """Four 3x3 convolutions (64-64-128-128 channels, ~70 M multiply-adds), average pool, 10 logits."""
     torch.manual_seed(SEED)
     model = nn.Sequential(
         nn.Conv2d(3, 64, 3, padding=1),

@@ -38,7 +38,9 @@ def main(argv: list[str]) -> None:
         http_address="127.0.0.1", http_port=int(http), grpc_address="127.0.0.1", grpc_port=int(grpc),
         metrics_address="127.0.0.1", metrics_port=int(metrics),
     )  # fmt: skip
-    security = TritonSecurityConfig(restricted_endpoints=["shared-memory", "model-repository", "trace", "logging"])
+    security = TritonSecurityConfig(
+        restricted_endpoints=["shared-memory", "model-repository", "trace", "logging"]
+    )
     dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
     with Triton(config=config, security_config=security) as triton:
         triton.bind(

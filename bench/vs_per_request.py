@@ -6,7 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import ROOT, Options, Row, build_repo, in_process, light_feed, light_model, serving, sweep, workload
+from bench.common import (
+    ROOT,
+    Options,
+    Row,
+    build_repo,
+    in_process,
+    light_feed,
+    light_model,
+    serving,
+    sweep,
+    workload,
+)
 
 NAME = "vs_per_request"
 
@@ -41,8 +52,9 @@ def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
             results[c] = {**got, "ratio": ratio}
             rows.append(Row(
                 f"4. vs per-request Python model: light_cnn c{c}",
-                f"{ratio:.2f}x ({got['tritonforge']['throughput']:.0f} / {got['per_request']['throughput']:.0f} "
-                f"inf/s; p99 {got['tritonforge']['p99_ms']:.1f} / {got['per_request']['p99_ms']:.1f} ms)",
+                f"{ratio:.2f}x ({got['tritonforge']['throughput']:.0f} / "
+                f"{got['per_request']['throughput']:.0f} inf/s; p99 {got['tritonforge']['p99_ms']:.1f} / "
+                f"{got['per_request']['p99_ms']:.1f} ms)",
                 "recorded", None,
             ))  # fmt: skip
     return results, rows

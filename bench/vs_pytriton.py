@@ -5,8 +5,10 @@ each side keeps its best round."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,11 +37,16 @@ def pytriton(w: Workload, max_batch: int) -> Iterator[str]:
     from builder.server import find_free_port
 
     ports = [find_free_port() for _ in range(3)]
+    # The interpreter's own libpython first: the Python-backend stub breaks on another patch release.
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        x for x in (str(sysconfig.get_config_var("LIBDIR")), env.get("LD_LIBRARY_PATH")) if x
+    )
     log = (WORK / "pytriton.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.pytriton_server", str(w.onnx), str(w.threads), str(max_batch),
          *map(str, ports)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
     )  # fmt: skip
     try:
         assert proc.stdout is not None

@@ -63,7 +63,7 @@ def core_config(
         cfg.cc_model_filenames.update(cc_model_filenames(model.engine))
         if model.engine.cuda_graphs:
             cfg.optimization.cuda.graphs = True
-    _set_batching(cfg, model.batching, model.max_batch_size)
+    _set_batching(cfg, model.batching, model.max_batch_size, target)
     _set_instances(cfg, model.instances, target)
     if model.warmup is not None:
         _set_warmup(cfg, model)
@@ -75,17 +75,17 @@ def fallback_config(model: ModelSpec) -> ModelConfig:
     cfg = _io_config(f"{model.name}_onnx", model.inputs, model.outputs, model.max_batch_size)
     cfg.platform = "onnxruntime_onnx"
     cfg.default_model_filename = ONNX_FILE
-    _set_batching(cfg, model.batching, model.max_batch_size)
+    _set_batching(cfg, model.batching, model.max_batch_size, "gpu")
     _set_instances(cfg, model.instances, "gpu")
     return cfg
 
 
-def python_config(pm: PythonModelSpec) -> ModelConfig:
+def python_config(pm: PythonModelSpec, target: Target = "cpu") -> ModelConfig:
     """A pre/post-processing model; it runs on the CPU on every target."""
     cfg = _io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
     cfg.backend = "python"
     _set_parameters(cfg, {k: _param_str(v) for k, v in pm.parameters.items()})
-    _set_batching(cfg, pm.batching, pm.max_batch_size)
+    _set_batching(cfg, pm.batching, pm.max_batch_size, target)
     _set_instances(cfg, pm.instances, "cpu")
     return cfg
 
@@ -151,16 +151,19 @@ def _param_str(value: str | int | float | bool) -> str:
     return str(value)
 
 
-def _set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int) -> None:
+def _set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, target: Target) -> None:
     if not batching.enabled or max_batch_size <= 0:
         return
     db = ModelDynamicBatching(
         preferred_batch_size=batching.preferred_batch_sizes,
         max_queue_delay_microseconds=batching.max_queue_delay_us,
         preserve_ordering=batching.preserve_ordering,
-        priority_levels=batching.priority_levels,
-        default_priority_level=batching.default_priority_level,
     )
+    if target == "local" and not batching.local_queue_policy:
+        cfg.dynamic_batching.CopyFrom(db)  # see Batching.local_queue_policy
+        return
+    db.priority_levels = batching.priority_levels
+    db.default_priority_level = batching.default_priority_level
     db.default_queue_policy.CopyFrom(_queue_policy(batching.queue))
     for level, policy in batching.priority_queues.items():
         db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))

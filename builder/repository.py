@@ -216,7 +216,7 @@ def _write_python_model(pm: PythonModelSpec, ctx: BuildContext, root: Path) -> N
     for i, extra in enumerate(pm.files):
         path = resolve_file(extra, ctx.spec_file, pm.name, f"files[{i}]")
         _link(path, version / path.name)
-    write_config(python_config(pm), root / pm.name)
+    write_config(python_config(pm, ctx.target), root / pm.name)  # type: ignore[arg-type]
     _copy_labels(pm.outputs, ctx, root / pm.name)
 
 

@@ -27,6 +27,6 @@ class TritonPythonModel:
         for request in requests:
             feed = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
             outputs = self.session.run(self.output_names, feed)
-            tensors = [pb_utils.Tensor(n, a) for n, a in zip(self.output_names, outputs)]
+            tensors = [pb_utils.Tensor(n, a) for n, a in zip(self.output_names, outputs, strict=True)]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

@@ -51,6 +51,7 @@ def full_model(**overrides: object) -> ModelSpec:
                 "allow_timeout_override": False,
             },
             "priority_levels": 2,
+            "local_queue_policy": True,
             "default_priority_level": 2,
             "priority_queues": {1: {"max_queue_size": 8, "timeout_action": "reject"}},
         },
@@ -314,3 +315,16 @@ def test_real_server_rejects_an_inconsistent_config(tmp_path: Path) -> None:
     text = log.read_text()
     assert "preferred size must be <= max batch size" in text
     assert "unable to find backend library" not in text
+
+
+def test_local_target_omits_queue_policy_unless_asked() -> None:
+    """tritonserver 2.51 (the local target) stalls requests whenever a queue policy is set."""
+    model = full_model()
+    plain = model.model_copy(
+        update={"batching": model.batching.model_copy(update={"local_queue_policy": False})}
+    )
+    local = core_config(plain, "local", variant=Precision.FP32).dynamic_batching
+    assert not local.HasField("default_queue_policy") and local.priority_levels == 0
+    assert list(local.preferred_batch_size) == [4, 16]
+    container = core_config(plain, "cpu", variant=Precision.FP32).dynamic_batching
+    assert container.default_queue_policy.max_queue_size == 64 and container.priority_levels == 2

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from bench.reliability import overload, priorities, record
-from builder.configs import read_config
+from builder.configs import core_config, python_config, read_config
 from builder.server import TritonServer
-from builder.spec import Batching, load_spec
+from builder.spec import Batching, ModelSpec, load_spec
 from clients import NO_RETRY, Client
 from tests.integration.fixtures.reliability_repo import SPEC_DIR, reliability_repo
 
@@ -57,18 +57,26 @@ def config_fields(db: object) -> dict[str, object]:
 
 
 def test_zoo_queue_policies_are_written_and_bounded(zoo_repo: Path) -> None:
-    """Every batching model of the default zoo carries the spec's queue policy, and it is bounded."""
+    """Every batching model of the default zoo carries the spec's bounded queue policy on the
+    container targets; the local target omits it unless asked (Batching.local_queue_policy)."""
     spec = load_spec(ROOT / "models.yaml")
     checked = []
     for model in [*spec.models, *spec.python_models]:
         if not model.batching.enabled or model.max_batch_size <= 0:
             continue
-        cfg = read_config(zoo_repo / model.name / "config.pbtxt")
-        assert cfg.HasField("dynamic_batching"), model.name
-        assert config_fields(cfg.dynamic_batching) == queue_fields(model.batching), model.name
-        assert cfg.dynamic_batching.default_queue_policy.max_queue_size > 0, (
+        container = (
+            core_config(model, "cpu", variant=model.precisions[0])
+            if isinstance(model, ModelSpec)
+            else python_config(model, "cpu")
+        )
+        assert container.HasField("dynamic_batching"), model.name
+        assert config_fields(container.dynamic_batching) == queue_fields(model.batching), model.name
+        assert container.dynamic_batching.default_queue_policy.max_queue_size > 0, (
             f"{model.name}: unbounded queue (set batching.queue.max_queue_size in models.yaml)"
         )
+        local = read_config(zoo_repo / model.name / "config.pbtxt")
+        assert local.HasField("dynamic_batching"), model.name
+        assert local.dynamic_batching.HasField("default_queue_policy") == model.batching.local_queue_policy
         checked.append(model.name)
     assert checked
 
