@@ -10,6 +10,7 @@ so that one bad request fails alone.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,19 @@ ORT_TYPES = {
 }
 
 
+def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
+    """Intra-op threads: the spec's number, else the cores shared out among the instances, so
+    that instances x threads never oversubscribes the machine."""
+    given = int(params.get("intra_op_threads", "0") or 0)
+    if given > 0:
+        return given
+    return max(1, (os.cpu_count() or 1) // _instances(config))
+
+
+def _instances(config: dict[str, Any]) -> int:
+    return sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
@@ -38,8 +52,11 @@ class TritonPythonModel:
         folder = Path(args["model_repository"]) / args["model_version"]
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = int(params.get("intra_op_threads", "0") or 0)
+        options.intra_op_num_threads = _threads(params, config)
         options.inter_op_num_threads = 1
+        if _instances(config) > 1:
+            # Idle workers spinning on shared cores slow the other instances down.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         path = folder / params.get("onnx_file", "model.onnx")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
