@@ -86,11 +86,11 @@ def test_killed_builds_leave_the_repository_intact(tiny_project: Path, tmp_path:
     digest = tree_digest(repo)
     config = (repo / "tiny" / "config.pbtxt").read_text()
 
-    # The next build would publish something else (another queue bound) and starts from an empty cache.
+    # The next build would publish something else (other preferred sizes) and starts from an empty cache.
     larger_data(tiny_project)
     spec_path = tiny_project / "models.yaml"
     spec = yaml.safe_load(spec_path.read_text())
-    spec["models"][0]["batching"]["queue"]["max_queue_size"] = 17
+    spec["models"][0]["batching"]["preferred_batch_sizes"] = [2, 8]
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     cache = tmp_path / "cache-killed"
 
@@ -119,5 +119,5 @@ def test_killed_builds_leave_the_repository_intact(tiny_project: Path, tmp_path:
     done = subprocess.run(build_command(tiny_project, cache), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "publish:" in done.stderr and time.monotonic() - start < STAGE_TIMEOUT
-    assert "max_queue_size: 17" in (repo / "tiny" / "config.pbtxt").read_text()
+    assert "preferred_batch_size: 2\n" in (repo / "tiny" / "config.pbtxt").read_text()
     assert not list(tiny_project.glob("model_repository.staging-*"))
