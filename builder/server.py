@@ -137,6 +137,7 @@ class TritonServer:
         self.extra_args = list(extra_args)
         self._log_given = log_path
         self.log_path: Path | None = log_path
+        self._restarted = False
         self._proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
 
@@ -198,7 +199,7 @@ class TritonServer:
             self.log_path = Path(name)
         assert self.log_path is not None
         cmd, env = self.command()
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab" if self._restarted else "wb") as log:
             self._proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True, preexec_fn=_die_with_parent,
@@ -227,6 +228,12 @@ class TritonServer:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
             return next((m for m in HANGS if m in text), None)
         return None
+
+    def restart(self, timeout: float = 120) -> None:
+        """Start again after the process died; the log is appended to, not replaced."""
+        self.stop()
+        self._restarted = True
+        self.start(timeout)
 
     def is_ready(self) -> bool:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,9 @@ def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+_SESSION_SERVERS: list[TritonServer] = []
+
+
 @pytest.fixture(scope="session")
 def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """One real tritonserver on the zoo repository for the whole session."""
@@ -58,4 +62,17 @@ def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
     log = tmp_path_factory.mktemp("triton") / "server.log"
     with TritonServer(zoo_repo, log_path=log) as server:
+        _SESSION_SERVERS.append(server)
         yield server
+        _SESSION_SERVERS.remove(server)
+
+
+@pytest.fixture(autouse=True)
+def _session_server_alive() -> None:
+    """tritonserver 2.51 has crashed (SIGSEGV in pthread_mutex_lock) about once in several full
+    runs: restart the shared server before the next test, and say so, rather than fail every
+    test after it. The crash itself stays in its log, which is kept."""
+    for server in _SESSION_SERVERS:
+        if not server.is_running():
+            warnings.warn(f"shared tritonserver died (log: {server.log_path}); restarting", stacklevel=1)
+            server.restart()

@@ -223,3 +223,21 @@ def test_serve_cli_warns_before_binding_beyond_loopback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "warning: binding to 0.0.0.0 exposes" in err
     assert "no such model repository" in err
+
+
+@pytest.mark.integration
+def test_restart_after_the_process_died_keeps_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    server = TritonServer(python_repo(tmp_path / "repo"), log_path=log)
+    with server:
+        first = server.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.is_running()
+        size = log.stat().st_size
+        server.restart()
+        assert server.is_ready() and server.pid != first
+        assert log.stat().st_size > size  # appended to, the first run's lines kept
