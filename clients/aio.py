@@ -128,14 +128,7 @@ class AsyncClient:
         )
 
     def _use_shm(self, flag: bool | None, arrays: Arrays) -> bool:
-        if flag is not None or self.shm is not None:
-            return bool(self.shm if flag is None else flag)
-        if not self._shm_possible:
-            return False
-        size = 0
-        for array in arrays.values():
-            size += array.nbytes
-        return size >= self.shm_threshold
+        return shm.wanted(flag, self.shm, self._shm_possible, arrays, self.shm_threshold)
 
     async def _send(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +175,13 @@ def leftover_keys(pid: int | None = None) -> list[str]:
     """Regions a process (this one by default) left in /dev/shm: for checks and clean-up tools."""
     root, prefix = "/dev/shm", own_prefix(pid)
     return sorted(n for n in os.listdir(root) if n.startswith(prefix)) if os.path.isdir(root) else []
+
+
+def wanted(
+    flag: bool | None, default: bool | None, possible: bool, arrays: Mapping[str, Any], threshold: int
+) -> bool:
+    """Shared memory for this request: the call's flag, else the client's, else automatically
+    when the server is on this host and the inputs reach ``threshold`` bytes."""
+    if flag is not None or default is not None:
+        return bool(default if flag is None else flag)
+    return possible and sum(array.nbytes for array in arrays.values()) >= threshold
