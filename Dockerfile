@@ -48,7 +48,7 @@ RUN pip install --no-cache-dir -r /tmp/tritonforge/requirements-runtime.txt \
     /tmp/tritonforge/wheels/*.whl \
  && cp /tmp/tritonforge/tensorrt_alias.py "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorrt.py" \
  && rm -rf /tmp/tritonforge \
- && python3 -c "import tensorrt, builder.engines.cli; print('TensorRT', tensorrt.__version__)" \
+ && python3 -c "import tensorrt, builder.cli.engines; print('TensorRT', tensorrt.__version__)" \
  && tritonforge --help > /dev/null
 RUN groupadd --gid 10001 tritonforge \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge

@@ -31,9 +31,11 @@ engines: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/tritonforge serve --repo $(REPO)
 
+# The architecture's layers are import-linter contracts in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # TensorRT cannot run here: its calls are checked by mypy --strict against tensorrt-stubs.
 typecheck: $(STAMP)

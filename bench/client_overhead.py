@@ -35,6 +35,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from builder.pipeline import build  # noqa: E402
+from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
 from clients import Client  # noqa: E402
 from clients.protocol import module  # noqa: E402
@@ -68,8 +70,6 @@ def write_sum_model(repo: Path) -> None:
 def zoo_repository(path: Path | None, scratch: Path) -> Path:
     if path is not None and (path / "simple" / "config.pbtxt").is_file():
         return path
-    from builder.pipeline import BuildOptions, build
-
     repo = scratch / "zoo"
     build(BuildOptions(spec_file=ROOT / "models.yaml", repo=repo, target="local", log=lambda _: None))
     return repo

@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from builder.pipeline import build
+from builder.records import BuildOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WORK = RESULTS / "work"  # scratch specs, repositories, perf_analyzer files (git-ignored)
@@ -121,8 +124,6 @@ def build_repo(
     name: str, models: Sequence[dict[str, Any]], python_models: Sequence[dict[str, Any]] = ()
 ) -> Path:
     """Write a spec with these entries and build it (local target) through the real builder."""
-    from builder.pipeline import BuildOptions, build
-
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / ".gitignore").write_text("*\n")  # scratch: never committed
     spec_file = WORK / f"{name}.yaml"

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from builder.pipeline import build
+from builder.records import BuildOptions
 from clients import NO_RETRY, Client, RequestRejected, TritonClientError
 from clients.errors import translate
 
@@ -245,7 +247,6 @@ def priorities(url: str, health_url: str) -> LoadReport:
 
 
 def main() -> None:
-    from builder.pipeline import BuildOptions, build
     from builder.server import TritonServer
 
     with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:

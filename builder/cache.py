@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 DONE = "stage.json"
 
@@ -40,7 +39,7 @@ def tree_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def key_of(*parts: Any) -> str:
+def key_of(*parts: object) -> str:
     """A short stable key of JSON-able parts."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
@@ -53,7 +52,7 @@ class StageResult:
     out: Path
     skipped: bool
     seconds: float
-    info: dict[str, Any]
+    info: dict[str, object]
 
 
 class StageCache:
@@ -64,7 +63,7 @@ class StageCache:
         self.log = log
 
     def run(
-        self, model: str, stage: str, key: str, fn: Callable[[Path], dict[str, Any] | None]
+        self, model: str, stage: str, key: str, fn: Callable[[Path], dict[str, object] | None]
     ) -> StageResult:
         out = self.root / model / stage / key
         done = out / DONE

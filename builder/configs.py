@@ -1,8 +1,10 @@
-"""Triton ``config.pbtxt`` for every model, built as protobuf from the spec.
+"""Triton ``config.pbtxt`` building blocks, as protobuf from the spec.
 
 Nothing here is a string template: each config is a ``ModelConfig`` message
 written with ``text_format``, and read back strictly, so a field Triton does
-not know is an error here rather than at load time.
+not know is an error here rather than at load time. What differs between
+targets (backend, platform, instance kind, queue-policy rule) is decided by the
+target objects in ``builder.targets``; this module only assembles messages.
 """
 
 from __future__ import annotations
@@ -22,78 +24,56 @@ from tritonclient.grpc.model_config_pb2 import (
 )
 
 from builder.dtypes import triton_type
-from builder.engines.options import cc_model_filenames
 from builder.spec import (
     Batching,
     EnsembleSpec,
-    Instances,
     ModelSpec,
-    Precision,
     PythonModelSpec,
     QueuePolicy,
     Spec,
     TensorSpec,
     TimeoutAction,
 )
-from builder.targets import Target, instance_kind, model_filename
 
 CONFIG_FILE = "config.pbtxt"
 ONNX_FILE = "model.onnx"
+KIND_CPU = "KIND_CPU"
+KIND_GPU = "KIND_GPU"
 
 
-def core_config(
-    model: ModelSpec, target: Target, *, variant: Precision, name: str | None = None, threads: int = 0
+def io_config(
+    name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int
 ) -> ModelConfig:
-    """The core model on ``target``; it keeps the spec name unless ``name`` is given."""
-    cfg = _io_config(name or model.name, model.inputs, model.outputs, model.max_batch_size)
-    if target == "local":
-        cfg.backend = "python"
-        _set_parameters(
-            cfg,
-            {"onnx_file": ONNX_FILE, "precision": Precision(variant).value, "intra_op_threads": str(threads)},
-        )
-    elif target == "cpu":
-        cfg.platform = "onnxruntime_onnx"
-        cfg.default_model_filename = model_filename(target)
-        if threads:
-            _set_parameters(cfg, {"intra_op_thread_count": str(threads)})
-    else:
-        cfg.platform = "tensorrt_plan"
-        cfg.default_model_filename = model_filename(target)
-        cfg.cc_model_filenames.update(cc_model_filenames(model.engine))
-        if model.engine.cuda_graphs:
-            cfg.optimization.cuda.graphs = True
-    _set_batching(cfg, model.batching, model.max_batch_size, target)
-    _set_instances(cfg, model.instances, target)
-    if model.warmup is not None:
-        _set_warmup(cfg, model)
+    """Name, batch size, inputs and outputs (labels files by their basename)."""
+    cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
+    for t in inputs:
+        cfg.input.append(ModelInput(name=t.name, data_type=_dtype(t), dims=t.dims, optional=t.optional))
+    for t in outputs:
+        out = ModelOutput(name=t.name, data_type=_dtype(t), dims=t.dims)
+        if t.labels:
+            out.label_filename = label_file_name(t.labels)
+        cfg.output.append(out)
     return cfg
 
 
-def fallback_config(model: ModelSpec) -> ModelConfig:
-    """On the gpu target: the ONNX Runtime model served beside the TensorRT plan."""
-    cfg = _io_config(f"{model.name}_onnx", model.inputs, model.outputs, model.max_batch_size)
-    cfg.platform = "onnxruntime_onnx"
-    cfg.default_model_filename = ONNX_FILE
-    _set_batching(cfg, model.batching, model.max_batch_size, "gpu")
-    _set_instances(cfg, model.instances, "gpu")
-    return cfg
+def model_io_config(model: ModelSpec, name: str | None = None) -> ModelConfig:
+    return io_config(name or model.name, model.inputs, model.outputs, model.max_batch_size)
 
 
-def python_config(pm: PythonModelSpec, target: Target = "cpu") -> ModelConfig:
+def python_config(pm: PythonModelSpec, *, queue_policy: bool) -> ModelConfig:
     """A pre/post-processing model; it runs on the CPU on every target."""
-    cfg = _io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
+    cfg = io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
     cfg.backend = "python"
-    _set_parameters(cfg, {k: _param_str(v) for k, v in pm.parameters.items()})
-    _set_batching(cfg, pm.batching, pm.max_batch_size, target)
-    _set_instances(cfg, pm.instances, "cpu")
+    set_parameters(cfg, {k: _param_str(v) for k, v in pm.parameters.items()})
+    set_batching(cfg, pm.batching, pm.max_batch_size, queue_policy=queue_policy)
+    set_instances(cfg, pm.instances.count, KIND_CPU)
     return cfg
 
 
 def ensemble_config(ens: EnsembleSpec, spec: Spec) -> ModelConfig:
     """An ensemble; step model names are the spec names (the core keeps its name on every target)."""
     known = {m.name for m in spec.all_models()}
-    cfg = _io_config(ens.name, ens.inputs, ens.outputs, ens.max_batch_size)
+    cfg = io_config(ens.name, ens.inputs, ens.outputs, ens.max_batch_size)
     cfg.platform = "ensemble"
     for step in ens.steps:
         if step.model not in known:
@@ -122,36 +102,13 @@ def label_file_name(labels: str) -> str:
     return PurePosixPath(labels.replace("\\", "/")).name
 
 
-def _io_config(
-    name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int
-) -> ModelConfig:
-    cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
-    for t in inputs:
-        cfg.input.append(ModelInput(name=t.name, data_type=_dtype(t), dims=t.dims, optional=t.optional))
-    for t in outputs:
-        out = ModelOutput(name=t.name, data_type=_dtype(t), dims=t.dims)
-        if t.labels:
-            out.label_filename = label_file_name(t.labels)
-        cfg.output.append(out)
-    return cfg
-
-
-def _dtype(t: TensorSpec) -> int:
-    return DataType.Value(triton_type(t.dtype))
-
-
-def _set_parameters(cfg: ModelConfig, params: dict[str, str]) -> None:
+def set_parameters(cfg: ModelConfig, params: dict[str, str]) -> None:
     for key, value in params.items():
         cfg.parameters[key].string_value = value
 
 
-def _param_str(value: str | int | float | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, target: Target) -> None:
+def set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, *, queue_policy: bool) -> None:
+    """Dynamic batching; the queue policy and priority levels only where ``queue_policy``."""
     if not batching.enabled or max_batch_size <= 0:
         return
     db = ModelDynamicBatching(
@@ -159,35 +116,23 @@ def _set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, tar
         max_queue_delay_microseconds=batching.max_queue_delay_us,
         preserve_ordering=batching.preserve_ordering,
     )
-    if target == "local" and not batching.local_queue_policy:
-        cfg.dynamic_batching.CopyFrom(db)  # see Batching.local_queue_policy
-        return
-    db.priority_levels = batching.priority_levels
-    db.default_priority_level = batching.default_priority_level
-    db.default_queue_policy.CopyFrom(_queue_policy(batching.queue))
-    for level, policy in batching.priority_queues.items():
-        db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
+    if queue_policy:
+        db.priority_levels = batching.priority_levels
+        db.default_priority_level = batching.default_priority_level
+        db.default_queue_policy.CopyFrom(_queue_policy(batching.queue))
+        for level, policy in batching.priority_queues.items():
+            db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
     cfg.dynamic_batching.CopyFrom(db)
 
 
-def _queue_policy(policy: QueuePolicy) -> ModelQueuePolicy:
-    action = "REJECT" if policy.timeout_action is TimeoutAction.REJECT else "DELAY"
-    return ModelQueuePolicy(
-        timeout_action=ModelQueuePolicy.TimeoutAction.Value(action),
-        default_timeout_microseconds=policy.default_timeout_us,
-        allow_timeout_override=policy.allow_timeout_override,
-        max_queue_size=policy.max_queue_size,
-    )
+def set_instances(cfg: ModelConfig, count: int, kind: str) -> None:
+    cfg.instance_group.append(ModelInstanceGroup(count=count, kind=ModelInstanceGroup.Kind.Value(kind)))
 
 
-def _set_instances(cfg: ModelConfig, instances: Instances, target: Target) -> None:
-    kind = ModelInstanceGroup.Kind.Value(instance_kind(instances.kind, target))
-    cfg.instance_group.append(ModelInstanceGroup(count=instances.count, kind=kind))
-
-
-def _set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
+def set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
     """One warm-up sample per batch size; dynamic dims take the first profile's opt shape."""
-    assert model.warmup is not None
+    if model.warmup is None:
+        return
     batched = model.max_batch_size > 0
     for size in model.warmup.batch_sizes:
         sample = ModelWarmup(name=f"warmup_batch_{size}", batch_size=size if batched else 1)
@@ -202,3 +147,23 @@ def _set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
             else:
                 entry.zero_data = True
         cfg.model_warmup.append(sample)
+
+
+def _dtype(t: TensorSpec) -> int:
+    return DataType.Value(triton_type(t.dtype))
+
+
+def _param_str(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _queue_policy(policy: QueuePolicy) -> ModelQueuePolicy:
+    action = "REJECT" if policy.timeout_action is TimeoutAction.REJECT else "DELAY"
+    return ModelQueuePolicy(
+        timeout_action=ModelQueuePolicy.TimeoutAction.Value(action),
+        default_timeout_microseconds=policy.default_timeout_us,
+        allow_timeout_override=policy.allow_timeout_override,
+        max_queue_size=policy.max_queue_size,
+    )

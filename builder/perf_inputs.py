@@ -1,4 +1,4 @@
-"""``tritonforge perf MODEL``: perf_analyzer with shapes and real data derived from the spec.
+"""perf_analyzer's shapes and input data, derived from the spec.
 
 Shapes: every dynamic input gets the first profile's opt shape (ensembles follow their
 steps to the core model). Data: a STRING input is fed the core model's calibration
@@ -8,15 +8,11 @@ samples; static numeric models get perf_analyzer's random data (the compute is t
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from builder.spec import EnsembleSpec, ModelSpec, PythonModelSpec, Spec, load_spec
-from clients.perf.cli import add_arguments
-from clients.perf.cli import run as run_sweep
-from clients.perf.errors import PerfError
+from builder.data import load_samples
+from builder.spec import EnsembleSpec, ModelSpec, PythonModelSpec, Spec
 from clients.perf.inputs import array_entries, bytes_entries, string_entries, write_input_data
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -25,36 +21,7 @@ MAX_SAMPLES = 64  # requests in the --input-data JSON; perf_analyzer cycles thro
 AnySpec = ModelSpec | PythonModelSpec | EnsembleSpec
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("perf", help="measure a served model with perf_analyzer (sweep, report, gate)")
-    add_arguments(p)
-    p.add_argument("--spec", type=Path, default=Path("models.yaml"), help="the spec (default: models.yaml)")
-    p.add_argument("--random-data", action="store_true", help="send random data, not calibration samples")
-    p.set_defaults(func=run)
-    return p
-
-
-def run(args: argparse.Namespace) -> int:
-    spec = _maybe_spec(args.spec)
-    entry = _find(spec, args.model) if spec else None
-    shapes = spec_shapes(spec, entry) if spec and entry else {}
-    shapes.update(dict(args.shape))  # --shape wins over the spec
-    input_data = args.input_data
-    if input_data is None and not args.random_data and spec and entry:
-        input_data = real_input_data(spec, args.spec, entry, args.out / f"{args.model}.input_data.json")
-    try:
-        return run_sweep(args, shapes, input_data)
-    except PerfError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _maybe_spec(path: Path) -> Spec | None:
-    """The spec when there is one; `perf` also works on a server whose spec is elsewhere."""
-    return load_spec(path) if path.is_file() else None
-
-
-def _find(spec: Spec, name: str) -> AnySpec | None:
+def find_entry(spec: Spec, name: str) -> AnySpec | None:
     return next((m for m in spec.all_models() if m.name == name), None)
 
 
@@ -67,7 +34,7 @@ def spec_shapes(spec: Spec, entry: AnySpec) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     dynamic = {t.name for t in entry.inputs if t.dynamic}
     for step in entry.steps:
-        target = _find(spec, step.model)
+        target = find_entry(spec, step.model)
         for step_input, tensor in step.inputs.items():
             if tensor in dynamic and tensor not in shapes and isinstance(target, ModelSpec):
                 t = next(t for t in target.inputs if t.name == step_input)
@@ -85,7 +52,7 @@ def core_model(spec: Spec, entry: AnySpec) -> ModelSpec | None:
     ]  # fmt: skip
     for ens in ensembles:
         for step in ens.steps:
-            target = _find(spec, step.model)
+            target = find_entry(spec, step.model)
             if isinstance(target, ModelSpec):
                 return target
     return None
@@ -102,8 +69,6 @@ def real_input_data(spec: Spec, spec_file: Path, entry: AnySpec, out: Path) -> P
         entries = _raw_entries(strings[0].name, spec_file.parent / data.data)
         return write_input_data(entries, out) if entries else None
     if isinstance(entry, ModelSpec) and any(t.dynamic for t in entry.inputs):
-        from builder.data import load_samples
-
         arrays = load_samples(
             data, core, spec_dir=spec_file.parent, spec_file=spec_file, section="calibration"
         )

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from builder.deploy import k8s, kserve
+from builder.deploy.common import DeployOptions, Manifest
 from builder.errors import BuildError, UserError
 from builder.spec import Spec, load_spec
-
-from . import k8s, kserve
-from .common import DeployOptions, Manifest
 
 Generator = Callable[[Spec, DeployOptions], dict[str, Manifest]]
 TARGETS: dict[str, tuple[Generator, Callable[[Manifest], None], str]] = {
@@ -22,7 +21,7 @@ TARGETS: dict[str, tuple[Generator, Callable[[Manifest], None], str]] = {
 }
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("deploy", help="write Kubernetes or KServe manifests from the spec")
     p.add_argument(
         "target", choices=sorted(TARGETS), help="k8s: Deployment, Service, HPA; kserve: an InferenceService"

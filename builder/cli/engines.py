@@ -11,12 +11,17 @@ import shutil
 import sys
 from pathlib import Path
 
+from builder.cli.build import stderr_line
+from builder.cli.summary import render
 from builder.engines.build import EnginesRequired, skip_message
 from builder.engines.detect import detect
+from builder.pipeline import build
+from builder.records import BuildOptions
 from builder.spec import load_spec
+from builder.targets import engine_target
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("engines", help="build and verify TensorRT plans (on a GPU host)")
     p.add_argument("--spec", type=Path, default=Path("models.yaml"), help="the spec (default: models.yaml)")
     p.add_argument("--repo", type=Path, default=Path("model_repository"), help="output repository folder")
@@ -45,17 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.if_stale:
         for model in spec.models:
             shutil.rmtree(cache / model.name / "engines", ignore_errors=True)
-    from builder.pipeline import BuildOptions, build
-    from builder.summary import render
-
     result = build(
         BuildOptions(
             spec_file=spec_file,
             repo=args.repo,
-            target="gpu",
+            target=engine_target().name,
             cache_dir=cache,
             require_engines=args.require_engines,
-            log=lambda line: print(line, file=sys.stderr, flush=True),
+            log=stderr_line,
         )
     )
     print(render(result))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from builder.pipeline import BuildResult, ModelBuild
+from builder.records import BuildResult, ModelBuild, VerificationReport
 
 HEADERS = ("model", "served", "variants published", "verification (worst output)", "size", "build time")
 
@@ -25,24 +23,16 @@ def render(result: BuildResult) -> str:
 def _row(b: ModelBuild) -> tuple[str, ...]:
     served = b.served.value if b.served else "-"
     published = ", ".join(p.value for p in b.passed)
-    checks = "; ".join(_metric(p.value, b.reports[p]) for p in b.reports)
+    checks = "; ".join(_metric(report) for report in b.reports.values())
     size = b.variants[b.served].stat().st_size if b.served else 0
     skipped = all(s.skipped for s in b.stages)
     took = "skipped (unchanged)" if skipped else f"{b.seconds:.1f} s"
     return (b.spec.name, served, published, checks, _mib(size), took)
 
 
-def _metric(name: str, report: dict[str, Any]) -> str:
-    mark = "ok" if report["passed"] else "FAILED"
-    metrics = report.get("metrics", {})
-    worst: list[str] = []
-    for values in metrics.values():
-        if values.get("exact") is not None:
-            worst.append("exact" if values["exact"] else "differs")
-        elif values.get("min_cosine") is not None:
-            worst.append(f"min cos {values['min_cosine']:.4f}")
-    shown = min(worst, default="") if worst else ""
-    return f"{name} {mark} {shown}".strip()
+def _metric(report: VerificationReport) -> str:
+    mark = "ok" if report.passed else "FAILED"
+    return f"{report.precision.value} {mark} {report.worst()}".strip()
 
 
 def _mib(n: int) -> str:

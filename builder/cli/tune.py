@@ -11,19 +11,25 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.cli.build import stderr_line
 from builder.errors import SpecError
-from builder.spec import load_spec
+from builder.spec import Spec, load_spec
+from builder.targets import served_here
 from builder.tune import report
-from builder.tune.candidates import of_spec, search_space, valid
-from builder.tune.search import Limits, search, side_by_side
+from builder.tune.candidates import Candidate, SearchSpace, of_spec, search_space, valid
+from builder.tune.measure import Bench
+from builder.tune.patch import patch
+from builder.tune.search import Limits, SearchResult, search, side_by_side
+from clients.perf.runner import Measurement
 
 SEARCH_SHARE = 0.7  # of the time budget; the rest is kept for the side-by-side check
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("tune", help="find the highest-throughput config within a p99 latency budget")
     p.add_argument("model", help="a core model of the spec")
     p.add_argument("--p99-ms", type=float, required=True, help="p99 latency budget in milliseconds")
@@ -43,13 +49,40 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--work", type=Path, default=None, help="keep the scratch repository, logs and raw CSVs here"
     )
     p.set_defaults(func=run)
-    return p  # type: ignore[no-any-return]
+    return p
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """What one tuning run will do, checked before any server starts."""
+
+    spec: Spec
+    spec_file: Path
+    model: str
+    space: SearchSpace
+    default: Candidate
+    limits: Limits
+    settings: Measurement
+    deadline: float
+    started: float
+    cpus: int
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    result: SearchResult
+    variant: str
+    confirm: dict[str, object] | None
+    seconds: float
 
 
 def run(args: argparse.Namespace) -> int:
-    from builder.tune.measure import Bench
-    from clients.perf.runner import Measurement
+    plan = make_plan(args)
+    outcome = execute(plan, args)
+    return write_report(plan, outcome, args)
 
+
+def make_plan(args: argparse.Namespace) -> TunePlan:
     started = time.monotonic()
     deadline = started + args.budget_minutes * 60
     spec_file = args.spec.resolve()
@@ -70,8 +103,6 @@ def run(args: argparse.Namespace) -> int:
         space = search_space(spec, args.model, **kwargs)
     except ValueError as exc:
         raise SpecError(str(exc), file=spec_file, model=args.model) from None
-    out = args.out or Path("tune_results") / args.model
-    default = of_spec(model)
     confirm_share = 0.0 if args.no_confirm else 1 - SEARCH_SHARE
     limits = Limits(
         concurrency=tuple(sorted(set(args.concurrency))),
@@ -83,61 +114,63 @@ def run(args: argparse.Namespace) -> int:
         retries=1,
         max_trials=6,
     )
-    log = _log
-    for note in space.notes:
-        log(f"tune: {note}")
-    confirm = None
-    scratch = tempfile.TemporaryDirectory(prefix="tritonforge-tune-") if args.work is None else None
-    work = args.work or Path(scratch.name)  # type: ignore[union-attr]
-    with Bench(spec, spec_file, args.model, work, settings, log=log) as bench:
-        log(
-            f"tune: {args.model} ({bench.variant.value}) on {bench.server.http_url}, "
-            f"p99 <= {args.p99_ms:g} ms"
-        )
-        result = search(
-            space, default, bench.measure, args.p99_ms, limits=limits,
-            is_valid=lambda c: valid(spec, args.model, c), clock=time.monotonic,
-        )  # fmt: skip
-        if not args.no_confirm and result.chosen.candidate != default:
-            left = deadline - time.monotonic()
-            log(f"tune: side by side, default vs chosen ({left:.0f} s left)")
-            confirm = side_by_side(
-                default, result.chosen.candidate, bench.measure, args.p99_ms, limits.concurrency
-            )
-    if scratch is not None:
-        scratch.cleanup()
-    seconds = time.monotonic() - started
-    chosen = result.chosen.candidate
-    diff = ""
-    new_text = None
-    if chosen != default:
-        from builder.tune.patch import patch
+    return TunePlan(
+        spec, spec_file, args.model, space, of_spec(model), limits, settings, deadline, started, cpus
+    )
 
-        new_text, diff = patch(spec_file, args.model, chosen)
+
+def execute(plan: TunePlan, args: argparse.Namespace) -> TuneOutcome:
+    """The search on a real server, then (unless --no-confirm) both configs side by side."""
+    for note in plan.space.notes:
+        stderr_line(f"tune: {note}")
+    confirm = None
+    with tempfile.TemporaryDirectory(prefix="tritonforge-tune-") as scratch:
+        work = args.work or Path(scratch)
+        with Bench(plan.spec, plan.spec_file, plan.model, work, plan.settings, log=stderr_line) as bench:
+            stderr_line(f"tune: {plan.model} ({bench.variant.value}) on {bench.server.http_url}, "
+                        f"p99 <= {args.p99_ms:g} ms")  # fmt: skip
+            result = search(
+                plan.space, plan.default, bench.measure, args.p99_ms, limits=plan.limits,
+                is_valid=lambda c: valid(plan.spec, plan.model, c), clock=time.monotonic,
+            )  # fmt: skip
+            if not args.no_confirm and result.chosen.candidate != plan.default:
+                stderr_line(
+                    f"tune: side by side, default vs chosen ({plan.deadline - time.monotonic():.0f} s left)"
+                )
+                confirm = side_by_side(
+                    plan.default, result.chosen.candidate, bench.measure, args.p99_ms, plan.limits.concurrency
+                )
+            variant = bench.variant.value
+    return TuneOutcome(result, variant, confirm, time.monotonic() - plan.started)
+
+
+def write_report(plan: TunePlan, outcome: TuneOutcome, args: argparse.Namespace) -> int:
+    result, confirm = outcome.result, outcome.confirm
+    chosen = result.chosen.candidate
+    new_text, diff = patch(plan.spec_file, plan.model, chosen) if chosen != plan.default else (None, "")
+    confirmed = confirm is None or _ratio(confirm, "throughput_ratio") > 1.0
     meta: dict[str, Any] = {
-        "seconds": round(seconds, 1), "budget_minutes": args.budget_minutes, "cpus": cpus,
+        "seconds": round(outcome.seconds, 1), "budget_minutes": args.budget_minutes, "cpus": plan.cpus,
         "request_count": args.request_count,
-        "stability_percentage": args.stability_percentage, "concurrency": list(limits.concurrency),
-        "target": "local", "variant": bench.variant.value, "notes": space.notes,
-        "patch_method": "ruamel.yaml round-trip",
+        "stability_percentage": args.stability_percentage, "concurrency": list(plan.limits.concurrency),
+        "target": served_here().name, "variant": outcome.variant, "notes": plan.space.notes,
+        "patch_method": "ruamel.yaml round-trip", "confirmed": confirmed,
     }  # fmt: skip
-    meta["confirmed"] = confirm is None or float(confirm["throughput_ratio"]) > 1.0  # type: ignore[arg-type]
-    files = report.write(result, args.model, out, confirm, diff, meta)
+    files = report.write(
+        result, plan.model, args.out or Path("tune_results") / plan.model, confirm, diff, meta
+    )
     print(report.table(result))
-    print(f"chosen: {chosen.label}   default: {default.label}   ({seconds:.0f} s)")
+    print(f"chosen: {chosen.label}   default: {plan.default.label}   ({outcome.seconds:.0f} s)")
     if confirm:
-        print(
-            f"side by side: throughput x{confirm['throughput_ratio']:.2f}, p99 x{confirm['p99_ratio']:.2f} "
-            "(chosen / default)"
-        )
-    confirmed = meta["confirmed"]
+        print(f"side by side: throughput x{_ratio(confirm, 'throughput_ratio'):.2f}, "
+              f"p99 x{_ratio(confirm, 'p99_ratio'):.2f} (chosen / default)")  # fmt: skip
     if diff:
         print(diff)
         if not confirmed:
             print("not confirmed side by side (no gain over the default): the patch is not applied")
         elif args.apply and new_text is not None:
-            spec_file.write_text(new_text, encoding="utf-8")
-            print(f"applied to {spec_file}")
+            plan.spec_file.write_text(new_text, encoding="utf-8")
+            print(f"applied to {plan.spec_file}")
     else:
         print("the spec's config is already the best found: no patch")
     print(f"report: {files['md']}")
@@ -147,5 +180,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def _ratio(confirm: dict[str, object], key: str) -> float:
+    value = confirm.get(key)
+    return float(value) if isinstance(value, (int, float)) else float("nan")

@@ -6,11 +6,9 @@ and the build goes on (unless engines are required).
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,14 +16,24 @@ from builder.engines.detect import TensorRTAvailability, detect
 from builder.engines.metadata import metadata_path, sha256
 from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
 from builder.errors import UserError
+from builder.records import EngineSummary, InstalledPlan, Log
 from builder.spec import ModelSpec, Precision
-
-if TYPE_CHECKING:
-    from builder.pipeline import BuildContext, ModelBuild
 
 
 class EnginesRequired(UserError):
     """``--require-engines`` and some plan was not built."""
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """One model's verified CPU variants, which the plans are built from and checked against."""
+
+    spec: ModelSpec
+    variants: dict[Precision, Path]
+    passed: list[Precision]
+    served: Precision | None
+    calibration_table: Path | None
+    reference_dir: Path  # inputs.npz and reference.npz of the evaluation set
 
 
 @dataclass
@@ -48,16 +56,15 @@ class EngineSet:
         order = [self.served.get(model), Precision.INT8, Precision.FP16, Precision.FP32]
         return next((ok[p] for p in order if p in ok), None)
 
-    def install(self, model: str, model_dir: Path) -> dict[str, str]:
-        """Copy the chosen plan and its metadata into ``model_dir/1``; {relative path: sha256}."""
-        result = self.chosen(model)
-        if result is None or result.plan is None:
-            return {}
-        version = model_dir / "1"
-        version.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(result.plan, version / result.plan.name)
-        shutil.copy2(metadata_path(result.plan), version / metadata_path(result.plan).name)
-        return {f"{model_dir.name}/1/{result.plan.name}": sha256(version / result.plan.name)}
+    def summary(self) -> EngineSummary:
+        """The plan to install per model, for the repository writer."""
+        plans: dict[str, InstalledPlan] = {}
+        for model in self.results:
+            result = self.chosen(model)
+            if result is not None and result.plan is not None:
+                plans[model] = InstalledPlan(result.precision, result.plan, metadata_path(result.plan))
+        skipped = None if self.availability.available else self.availability.reason
+        return EngineSummary(self.key, plans, skipped)
 
     def problems(self) -> list[str]:
         return [
@@ -75,48 +82,47 @@ def skip_message(models: Iterable[ModelSpec], availability: TensorRTAvailability
 
 
 def build_all(
-    builds: list[ModelBuild],
-    ctx: BuildContext,
+    models: list[EngineInput],
+    cache_root: Path,
+    log: Log,
     *,
     require: bool,
     if_stale: bool = True,
     availability: TensorRTAvailability | None = None,
 ) -> EngineSet:
     found = availability or detect()
-    engines = EngineSet(found, served={b.spec.name: b.served for b in builds if b.served is not None})
+    engines = EngineSet(found, served={m.spec.name: m.served for m in models if m.served is not None})
     if not found.available:
-        message = skip_message((b.spec for b in builds), found)
+        message = skip_message((m.spec for m in models), found)
         if require:
             raise EnginesRequired(message + " (--require-engines)")
-        ctx.log(message)
+        log(message)
         return engines
-    root = ctx.cache.root
-    for b in builds:
-        engines.results[b.spec.name] = plan_engines(
-            b.spec,
-            b.variants,
-            b.calibration_table,
-            root / b.spec.name / "engines",
-            root / "tensorrt",
-            evaluation=_evaluation(b),
-            precisions=[p for p in wanted_precisions(b.spec) if p in b.passed],
+    for m in models:
+        engines.results[m.spec.name] = plan_engines(
+            m.spec,
+            m.variants,
+            m.calibration_table,
+            cache_root / m.spec.name / "engines",
+            cache_root / "tensorrt",
+            evaluation=_evaluation(m.reference_dir),
+            precisions=[p for p in wanted_precisions(m.spec) if p in m.passed],
             availability=found,
             if_stale=if_stale,
         )
-        _log_results(engines.results[b.spec.name], ctx.log)
+        _log_results(engines.results[m.spec.name], log)
     problems = engines.problems()
     if require and problems:
         raise EnginesRequired("; ".join(problems))
     return engines
 
 
-def _evaluation(b: ModelBuild) -> Evaluation:
-    ref = next(s.out for s in b.stages if s.name == "reference")
+def _evaluation(ref: Path) -> Evaluation:
     with np.load(ref / "inputs.npz", allow_pickle=False) as i, np.load(ref / "reference.npz") as r:
         return Evaluation({k: i[k] for k in i.files}, {k: r[k] for k in r.files})
 
 
-def _log_results(results: list[EngineResult], log: Callable[[str], None]) -> None:
+def _log_results(results: list[EngineResult], log: Log) -> None:
     for r in results:
         log(
             f"[{r.model}] engine {r.precision.value}: {r.status.value}"

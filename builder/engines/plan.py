@@ -28,11 +28,11 @@ from builder.engines.metadata import (
     stale_reason,
     write_metadata,
 )
-from builder.engines.options import EngineOptions, plan_filename
 from builder.engines.repro import write_repro
 from builder.engines.request import PLAN_PRECISIONS, BuildRequest, RecipeError, make_request
 from builder.errors import SpecError
 from builder.spec import ModelSpec, Precision
+from builder.spec.engine import EngineOptions, plan_filename
 
 
 class Status(str, Enum):

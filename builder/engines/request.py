@@ -18,9 +18,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from builder.engines.options import EngineOptions, Int8Mode
 from builder.engines.profiles import InputRange, profile_shapes
 from builder.spec import ModelSpec, Precision
+from builder.spec.engine import EngineOptions, Int8Mode
 
 PLAN_PRECISIONS = (Precision.FP32, Precision.FP16, Precision.INT8)  # int8_dynamic has no TensorRT kernels
 

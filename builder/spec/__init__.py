@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from builder.engines.options import EngineOptions
 from builder.errors import SpecError
+from builder.spec.engine import EngineOptions
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -237,13 +237,20 @@ class Warmup(Strict):
     count: Annotated[int, Field(ge=1)] = 1
 
 
-class Serve(Strict):
-    """Which verified variant each target serves; unset = the fastest that passed."""
+class Serve(BaseModel):
+    """Which verified variant each target serves (``<target>: <precision>``, checked against
+    the registered targets by the build); unset = the fastest that passed."""
 
-    local: Precision | None = None
-    cpu: Precision | None = None
-    gpu: Precision | None = None
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, Precision] = Field(init=False)
+
     threads: Annotated[int, Field(ge=0)] = 0  # ORT intra-op threads (0 = ORT's default)
+
+    def variants(self) -> dict[str, Precision]:
+        return dict(self.__pydantic_extra__ or {})
+
+    def variant(self, target: str) -> Precision | None:
+        return self.variants().get(target)
 
 
 class ModelSpec(Strict):
@@ -348,12 +355,9 @@ class ModelSpec(Strict):
         for precision in self.precisions:
             if precision not in self.tolerances:
                 raise ValueError(f"tolerances: no tolerance for precision '{precision.value}'")
-        for target in ("local", "cpu", "gpu"):
-            wanted = getattr(self.serve, target)
-            if wanted is not None and wanted not in self.precisions:
+        for target, wanted in self.serve.variants().items():
+            if wanted not in self.precisions:
                 raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
-        if self.serve.gpu is Precision.INT8_DYNAMIC:
-            raise ValueError("serve.gpu: int8_dynamic has no TensorRT kernels; use int8")
 
     # Derived values: one place for the numbers configs, profiles and perf use.
 

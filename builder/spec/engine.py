@@ -1,4 +1,4 @@
-"""TensorRT build options of one model: the ``engine:`` section of models.yaml."""
+"""TensorRT build options of one model: the ``engine:`` section of models.yaml (gpu target)."""
 
 from __future__ import annotations
 

@@ -6,47 +6,19 @@ axis, so their samples run one at a time (``batch_size=0``) and outputs are stac
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from builder.errors import SpecError
+from builder.records import OutputMetrics, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
-
-
-@dataclass
-class OutputMetrics:
-    min_cosine: float | None
-    mean_cosine: float | None
-    max_abs: float | None
-    top1: float | None
-    exact: bool | None
-
-
-@dataclass
-class VariantReport:
-    precision: Precision
-    passed: bool
-    metrics: dict[str, OutputMetrics]
-    failures: list[str]
-    ms_per_sample: float | None
-
-    def to_json(self) -> dict:
-        return {
-            "precision": self.precision.value,
-            "passed": self.passed,
-            "metrics": {name: _json_metrics(m) for name, m in self.metrics.items()},
-            "failures": list(self.failures),
-            "ms_per_sample": _finite_or_none(self.ms_per_sample),
-        }
 
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
@@ -161,7 +133,7 @@ def verify_variant(
     onnx_path: Path,
     inputs: dict[str, np.ndarray],
     reference: dict[str, np.ndarray],
-) -> VariantReport:
+) -> VerificationReport:
     """Run the variant on ``inputs``, compare with ``reference`` under the model's tolerance."""
     tolerance = model.tolerances.get(precision)
     field = f"tolerances.{precision.value}"
@@ -175,7 +147,7 @@ def verify_variant(
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{precision.value}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs)
-    return VariantReport(precision, not failures, metrics, failures, ms)
+    return VerificationReport(precision, not failures, metrics, failures, ms)
 
 
 def time_variant(
@@ -210,11 +182,3 @@ def _take(array: np.ndarray, n: int) -> np.ndarray:
 
 def _batch(model: ModelSpec) -> int:
     return model.max_batch_size  # 0: no batch axis, one sample per run
-
-
-def _json_metrics(m: OutputMetrics) -> dict:
-    return {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(m).items()}
-
-
-def _finite_or_none(v: float | None) -> float | None:
-    return float(v) if v is not None and math.isfinite(v) else None

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from builder.configs import core_config, write_config
+from builder.configs import write_config
 from builder.errors import BuildError
-from builder.perf_cli import real_input_data, spec_shapes
+from builder.perf_inputs import real_input_data, spec_shapes
+from builder.pipeline import build
+from builder.records import BuildOptions
 from builder.server import TritonServer
 from builder.spec import ModelSpec, Precision, Spec
+from builder.targets import served_here
 from builder.tune.candidates import Candidate, apply
 from builder.tune.search import Point
 from clients.perf import run_perf
@@ -28,17 +31,16 @@ from clients.perf.runner import Measurement
 
 
 def build_local(spec_file: Path, out: Path, log: Callable[[str], None]) -> Path:
-    """Build (from the stage cache when nothing changed) the local-target repository."""
-    from builder.pipeline import BuildOptions, build
-
-    build(BuildOptions(spec_file=spec_file, repo=out, target="local", log=log))
+    """Build (from the stage cache when nothing changed) the repository the local server loads."""
+    build(BuildOptions(spec_file=spec_file, repo=out, target=served_here().name, log=log))
     return out
 
 
 def served_variant(repo: Path, name: str) -> Precision:
     manifest = json.loads((repo / "manifest.json").read_text())
-    if manifest.get("target") != "local":
-        raise BuildError(f"{repo} was built for target '{manifest.get('target')}', tuning needs 'local'")
+    here = served_here().name
+    if manifest.get("target") != here:
+        raise BuildError(f"{repo} was built for target '{manifest.get('target')}', tuning needs '{here}'")
     return Precision(manifest["models"][name]["served"])
 
 
@@ -95,10 +97,7 @@ class Bench:
         """Write the candidate's config.pbtxt and (re)load the model."""
         import tritonclient.http as httpclient  # type: ignore[import-untyped]
 
-        cfg = core_config(
-            apply(self.model, cand), "local", variant=self.variant, name=self.name,
-            threads=self.model.serve.threads,
-        )  # fmt: skip
+        cfg = served_here().core_config(apply(self.model, cand), self.name, self.variant)
         write_config(cfg, self.model_dir)
         client = httpclient.InferenceServerClient(self.server.http_url.split("://", 1)[1])
         try:

@@ -46,3 +46,16 @@ def test_keys_and_tree_hash_change_with_content(tmp_path: Path) -> None:
     before = tree_hash(tmp_path)
     (tmp_path / "f").write_text("2")
     assert tree_hash(tmp_path) != before
+
+
+def test_prune_keeps_the_newest_outputs_of_a_stage(tmp_path: Path) -> None:
+    import os
+    import time
+
+    cache = StageCache(tmp_path, log=lambda _: None)
+    keys = [f"k{i}" for i in range(5)]
+    for i, key in enumerate(keys):
+        result = cache.run("m", "s", key, lambda out: {})
+        os.utime(result.out, (time.time() - 100 + i, time.time() - 100 + i))
+    kept = sorted(p.name for p in (tmp_path / "m" / "s").iterdir())
+    assert kept == ["k2", "k3", "k4"]  # the one just written and the two newest before it

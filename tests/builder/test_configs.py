@@ -8,17 +8,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup, ModelQueuePolicy
 
-from builder.configs import (
-    core_config,
-    ensemble_config,
-    fallback_config,
-    python_config,
-    read_config,
-    write_config,
-)
+from builder.configs import ensemble_config, read_config, write_config
 from builder.server import TritonServer
 from builder.spec import EnsembleSpec, ModelSpec, Precision, PythonModelSpec, Spec, load_spec
-from builder.targets import TARGETS, Target
+from builder.targets import TARGETS, get
+from builder.targets.gpu import GpuTarget
+
+Target = str
 
 ROOT = Path(__file__).parents[2]
 KIND_CPU = ModelInstanceGroup.Kind.Value("KIND_CPU")
@@ -67,6 +63,24 @@ def full_model(**overrides: object) -> ModelSpec:
     }
     raw.update(overrides)
     return ModelSpec.model_validate(raw)
+
+
+def core_config(
+    model: ModelSpec, target: str, *, variant: Precision, name: str | None = None, threads: int | None = None
+) -> ModelConfig:
+    """The target object's config for one variant (``threads`` sets the spec's serve.threads)."""
+    if threads is not None:
+        serve = {**model.serve.model_dump(), "threads": threads}
+        model = ModelSpec.model_validate({**model.model_dump(), "serve": serve})
+    return get(target).core_config(model, name or model.name, variant)
+
+
+def fallback_config(model: ModelSpec) -> ModelConfig:
+    return GpuTarget().fallback_config(model)
+
+
+def python_config(pm: PythonModelSpec, target: str = "cpu") -> ModelConfig:
+    return get(target).python_model(pm).config
 
 
 def round_trip(cfg: ModelConfig, tmp_path: Path) -> ModelConfig:

@@ -7,7 +7,7 @@ import json
 import struct
 from pathlib import Path
 
-from builder.perf_cli import core_model, real_input_data, spec_shapes
+from builder.perf_inputs import core_model, real_input_data, spec_shapes
 from builder.spec import load_spec
 
 ROOT = Path(__file__).parents[2]

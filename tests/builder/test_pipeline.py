@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.pipeline import BuildOptions, BuildResult, build
+from builder.pipeline import build
+from builder.records import BuildOptions, BuildResult
 from builder.spec import Precision
 from tests.conftest import tree_digest
 

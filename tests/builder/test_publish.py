@@ -45,3 +45,18 @@ def test_leftovers_of_dead_builds_are_removed(tmp_path: Path) -> None:
     clean_leftovers(repo)
     assert not dead.exists()
     assert mine.exists()  # this process is alive: its staging folder stays
+
+
+def test_two_renames_where_the_exchange_is_missing(tmp_path: Path, monkeypatch) -> None:
+    import builder.publish as pub
+
+    monkeypatch.setattr(pub, "_exchange", lambda a, b: False)
+    repo = tmp_path / "model_repository"
+    repo.mkdir()
+    make(repo, "old")
+    staging = staging_dir(repo)
+    make(staging, "new")
+    publish(staging, repo)
+    assert (repo / "m" / "config.pbtxt").read_text() == "new"
+    assert not staging.exists()
+    assert not repo.with_name("model_repository.old").exists()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.cli.serve import is_loopback, ready_models
 from builder.configs import python_config, read_config, write_config
 from builder.errors import BuildError
-from builder.serve_cli import is_loopback, ready_models
 from builder.server import TritonServer, find_free_port, tritonserver_command
 from builder.spec import PythonModelSpec
 
@@ -172,7 +172,7 @@ def test_repository_top_level_extras(tmp_path: Path) -> None:
 SERVE = textwrap.dedent(
     """
     import argparse, sys
-    from builder import serve_cli
+    from builder.cli import serve as serve_cli
     parser = argparse.ArgumentParser()
     serve_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(sys.argv[1:])

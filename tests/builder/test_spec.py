@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from builder.errors import SpecError
-from builder.spec import Precision, load_spec
+from builder.spec import ModelSpec, Precision, load_spec
+from builder.targets.base import unknown_serve_targets
+from builder.targets.gpu import GpuTarget
 
 ROOT = Path(__file__).parents[2]
 
@@ -133,7 +135,19 @@ def test_gpu_cannot_serve_dynamic_int8(tmp_path: Path) -> None:
     doc["models"][0]["precisions"] = ["fp32", "int8_dynamic"]
     doc["models"][0]["tolerances"]["int8_dynamic"] = {"min_cosine": 0.9}
     doc["models"][0]["serve"] = {"gpu": "int8_dynamic"}
-    assert "serve.gpu" in error_for(tmp_path, doc) or "int8_dynamic" in error_for(tmp_path, doc)
+    model = ModelSpec.model_validate(doc["models"][0])  # a valid spec: the gpu target refuses it
+    with pytest.raises(SpecError) as info:
+        GpuTarget().check(model, tmp_path / "models.yaml")
+    assert info.value.field == "serve.gpu" and "int8_dynamic has no TensorRT kernels" in str(info.value)
+
+
+def test_serve_names_a_registered_target(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["serve"] = {"tpu": "fp32"}
+    model = ModelSpec.model_validate(doc["models"][0])
+    with pytest.raises(SpecError) as info:
+        unknown_serve_targets(model, ["local", "cpu", "gpu"], tmp_path / "models.yaml")
+    assert info.value.field == "serve.tpu" and "unknown target 'tpu'" in str(info.value)
 
 
 def test_shape_range_and_opt_batch_come_from_the_profile(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.estimate.cli import plan
+from builder.estimate.compare import plan
 from builder.estimate.rss import measure
 from builder.spec import load_spec
 from builder.tune.measure import build_local

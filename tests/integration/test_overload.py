@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from bench.reliability import overload, priorities, record
-from builder.configs import core_config, python_config, read_config
+from builder.configs import read_config
 from builder.server import TritonServer
 from builder.spec import Batching, ModelSpec, load_spec
+from builder.targets import get
 from clients import NO_RETRY, Client
 from tests.integration.fixtures.reliability_repo import SPEC_DIR, reliability_repo
 
@@ -65,9 +66,9 @@ def test_zoo_queue_policies_are_written_and_bounded(zoo_repo: Path) -> None:
         if not model.batching.enabled or model.max_batch_size <= 0:
             continue
         container = (
-            core_config(model, "cpu", variant=model.precisions[0])
+            get("cpu").core_config(model, model.name, model.precisions[0])
             if isinstance(model, ModelSpec)
-            else python_config(model, "cpu")
+            else get("cpu").python_model(model).config
         )
         assert container.HasField("dynamic_batching"), model.name
         assert config_fields(container.dynamic_batching) == queue_fields(model.batching), model.name

@@ -19,10 +19,11 @@ from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import core_config, ensemble_config, python_config, write_config
+from builder.configs import ensemble_config, write_config
 from builder.python_models.image_preprocess.model import MEAN, STD, preprocess_image
 from builder.server import TritonServer
 from builder.spec import Precision, Spec
+from builder.targets import get
 
 ROOT = Path(__file__).parents[2]
 RUNNER = ROOT / "builder" / "python_models" / "onnx_runner" / "model.py"
@@ -41,7 +42,8 @@ def core(
 ) -> dict[str, Any]:
     return {
         "name": name, "source": f"{name}.onnx", "inputs": inputs, "outputs": outputs,
-        "evaluation": {"data": "eval.npz"}, "tolerances": {"fp32": {"max_abs": 0.0}}, **extra,
+        "evaluation": {"data": "eval.npz"}, "tolerances": {"fp32": {"max_abs": 0.0}},
+        "serve": {"threads": 1}, **extra,
     }  # fmt: skip
 
 
@@ -164,12 +166,12 @@ def build_repo(repo: Path) -> Path:
     labels = ("\n".join(LABELS) + "\n").encode()
     for model in SPEC.models:
         variant = Precision.FP16 if model.name == "half" else Precision.FP32
-        cfg = core_config(model, "local", variant=variant, threads=1)
+        cfg = get("local").core_config(model, model.name, variant)
         folder = place(repo, cfg, RUNNER, {"model.onnx": onnx_models()[model.name].SerializeToString()})
         if model.name == "classifier":
             (folder / "labels.txt").write_bytes(labels)
     for pm in SPEC.python_models:
-        place(repo, python_config(pm), PREPROCESS)
+        place(repo, get("cpu").python_model(pm).config, PREPROCESS)
     for ens in SPEC.ensembles:
         folder = repo / ens.name
         write_config(ensemble_config(ens, SPEC), folder)

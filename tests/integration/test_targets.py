@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from builder.configs import read_config
-from builder.pipeline import BuildOptions, build
+from builder.pipeline import build
+from builder.records import BuildOptions
 from builder.server import TritonServer
+from tests.conftest import test_cache_dir
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +28,11 @@ BACKEND = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}
 
 def build_target(target: str, tmp_path: Path) -> Path:
     repo = tmp_path / f"{target}_repository"
-    build(BuildOptions(spec_file=ROOT / "models.yaml", repo=repo, target=target, log=lambda _: None))
+    build(
+        BuildOptions(
+            ROOT / "models.yaml", repo, target=target, cache_dir=test_cache_dir(), log=lambda _: None
+        )
+    )
     return repo
 
 

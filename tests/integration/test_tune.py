@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.tune import cli
+from builder.cli import tune as cli
 
 ROOT = Path(__file__).parents[2]
 pytestmark = pytest.mark.integration

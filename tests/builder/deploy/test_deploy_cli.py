@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.deploy import cli
+from builder.cli import deploy as cli
 from builder.errors import BuildError, SpecError, UserError
 
 

@@ -89,7 +89,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in BLOCKED:
             raise ImportError("not in the serving image: " + name)
 sys.meta_path.insert(0, Block())
-import builder.cli, builder.engines.cli, builder.pipeline, builder.python_models.image_preprocess.model
+import builder.cli, builder.cli.engines, builder.pipeline, builder.python_models.image_preprocess.model
 """
 
 

@@ -11,10 +11,10 @@ from engine_support import TrtDouble, eval_inputs, tiny_model
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
-from builder.engines.options import EngineOptions
 from builder.engines.plan import Evaluation, Status, _Job, engine_options, plan_engines
 from builder.engines.request import make_request
 from builder.spec import Precision
+from builder.spec.engine import EngineOptions
 from builder.stages.verify import run_onnx
 
 

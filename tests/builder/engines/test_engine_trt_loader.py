@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from engine_support import TrtDouble, tiny_model
 
-from builder.engines.options import EngineOptions, Int8Mode
 from builder.engines.request import BuildRequest, make_request
 from builder.engines.trt_loader import EngineBuildError, build_plan
 from builder.spec import Precision
+from builder.spec.engine import EngineOptions, Int8Mode
 
 STRONGLY_TYPED = 1 << 1
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import perf_cli
+from builder.cli import perf as perf_cli
+from builder.perf_inputs import core_model
 from builder.server import TritonServer
 from builder.spec import load_spec
 
@@ -46,5 +47,5 @@ def test_perf_every_zoo_model(model: str, triton: TritonServer, tmp_path: Path, 
     if report["input_data"]:
         shaped |= set(json.loads(Path(report["input_data"]).read_text())["data"][0])
     assert dynamic <= shaped  # every dynamic input had a shape from the spec or the real data
-    if any(t.dtype.value == "STRING" for t in entry.inputs) and perf_cli.core_model(spec, entry):
+    if any(t.dtype.value == "STRING" for t in entry.inputs) and core_model(spec, entry):
         assert report["input_data"], "STRING inputs are fed real calibration data"

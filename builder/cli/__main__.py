@@ -1,0 +1,7 @@
+"""``python -m builder.cli``: the same as the ``tritonforge`` command."""
+
+import sys
+
+from builder.cli import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""``tritonforge perf MODEL``: perf_analyzer with shapes and real data derived from the spec.
+
+Shapes: every dynamic input gets the first profile's opt shape (ensembles follow their
+steps to the core model). Data: a STRING input is fed the core model's calibration
+files (real images or sentences), a core model with dynamic inputs its calibration
+samples; static numeric models get perf_analyzer's random data (the compute is the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from builder.perf_inputs import find_entry, real_input_data, spec_shapes
+from builder.spec import Spec, load_spec
+from clients.perf.cli import add_arguments
+from clients.perf.cli import run as run_sweep
+from clients.perf.errors import PerfError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("perf", help="measure a served model with perf_analyzer (sweep, report, gate)")
+    add_arguments(p)
+    p.add_argument("--spec", type=Path, default=Path("models.yaml"), help="the spec (default: models.yaml)")
+    p.add_argument("--random-data", action="store_true", help="send random data, not calibration samples")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = _maybe_spec(args.spec)
+    entry = find_entry(spec, args.model) if spec else None
+    shapes = spec_shapes(spec, entry) if spec and entry else {}
+    shapes.update(dict(args.shape))  # --shape wins over the spec
+    input_data = args.input_data
+    if input_data is None and not args.random_data and spec and entry:
+        input_data = real_input_data(spec, args.spec, entry, args.out / f"{args.model}.input_data.json")
+    try:
+        return run_sweep(args, shapes, input_data)
+    except PerfError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _maybe_spec(path: Path) -> Spec | None:
+    """The spec when there is one; `perf` also works on a server whose spec is elsewhere."""
+    return load_spec(path) if path.is_file() else None

@@ -1,0 +1,78 @@
+"""The memory plan against the built repository, and against the real server's memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from builder.estimate.plan import MIB, Row, core_rows, python_row
+from builder.estimate.rss import measure
+from builder.spec import ModelSpec, Precision, Spec
+
+
+def host_memory() -> int:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def plan(spec: Spec, repo: Path) -> list[Row]:
+    """Rows for every core model (each variant, cpu and gpu) and every Python model."""
+    manifest = json.loads((repo / "manifest.json").read_text())
+    rows: list[Row] = []
+    for model in spec.models:
+        entry = manifest["models"][model.name]
+        served = Precision(entry["served"])
+        graphs = {Precision(p): repo / name / "1" / "model.onnx" for name, p in entry["published"].items()}
+        rows += core_rows(model, graphs, served)
+    rows += [python_row(pm) for pm in spec.python_models]
+    return rows
+
+
+def served_models(spec: Spec, repo: Path) -> dict[str, tuple[ModelSpec, str]]:
+    """Served model name -> (spec, variant) for every published core variant."""
+    manifest = json.loads((repo / "manifest.json").read_text())
+    out = {}
+    for model in spec.models:
+        for name, variant in manifest["models"][model.name]["published"].items():
+            out[name] = (model, variant)
+    return out
+
+
+def compare(rows: list[Row], repo: Path, spec: Spec, log: Any = None) -> list[dict[str, Any]]:
+    """Estimate vs measured (server + stubs) for each published core variant, loaded alone."""
+    served = served_models(spec, repo)
+    baseline, measured = measure(repo, {n: m for n, (m, _) in served.items()}, log=log or (lambda _: None))
+    out = []
+    for m in measured:
+        model, variant = served[m.model]
+        row = next(r for r in rows if r.model == model.name and r.variant == variant and r.device == "cpu")
+        error = (row.total - m.total) / m.total
+        out.append({
+            "served_as": m.model, "model": model.name, "variant": variant,
+            "estimate_mib": round(row.total / MIB, 1), "measured_mib": round(m.total / MIB, 1),
+            "server_mib": round(m.server / MIB, 1), "stubs_mib": round(m.stubs / MIB, 1),
+            "after_load_mib": round(m.after_load / MIB, 1), "empty_server_mib": round(baseline / MIB, 1),
+            "error_pct": round(100 * error, 1),
+            "model_estimate_mib": round(row.model_bytes / MIB, 1),
+            "model_measured_mib": round((m.total - baseline) / MIB, 1),
+        })  # fmt: skip
+    return out
+
+
+def comparison_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| served model | variant | estimate MiB | measured MiB (server + stubs) | error | "
+        "model part: estimate / measured MiB |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['served_as']} | {r['variant']} | {r['estimate_mib']:.1f} | {r['measured_mib']:.1f} "
+            f"({r['server_mib']:.1f} + {r['stubs_mib']:.1f}) | {r['error_pct']:+.1f}% | "
+            f"{r['model_estimate_mib']:.1f} / {r['model_measured_mib']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"

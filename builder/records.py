@@ -1,0 +1,182 @@
+"""The build's data model: options, context, per-model builds, verification reports,
+engine results and the build's result.
+
+A leaf of the package: it imports the spec and the stage cache's record and nothing
+that runs a stage, so every layer above can share these types without a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypedDict
+
+from builder.cache import StageCache, StageResult
+from builder.spec import ModelSpec, Precision, Spec
+
+Log = Callable[[str], None]
+
+# TensorRT's order of preference among verified variants when no speed was measured.
+GPU_PREFERENCE: tuple[Precision, ...] = (Precision.INT8, Precision.FP16, Precision.FP32)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    spec_file: Path
+    repo: Path
+    target: str = "auto"  # a registered target's name, or "auto"
+    cache_dir: Path | None = None
+    require_engines: bool = False
+    log: Log = print
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    spec: Spec
+    spec_file: Path  # as the user wrote it: error messages name it so
+    spec_dir: Path
+    cache: StageCache
+    log: Log
+
+
+class MetricsJson(TypedDict):
+    min_cosine: float | None
+    mean_cosine: float | None
+    max_abs: float | None
+    top1: float | None
+    exact: bool | None
+
+
+class ReportJson(TypedDict):
+    precision: str
+    passed: bool
+    metrics: dict[str, MetricsJson]
+    failures: list[str]
+    ms_per_sample: float | None
+
+
+@dataclass(frozen=True)
+class OutputMetrics:
+    min_cosine: float | None
+    mean_cosine: float | None
+    max_abs: float | None
+    top1: float | None
+    exact: bool | None
+
+    def to_json(self) -> MetricsJson:
+        return MetricsJson(
+            min_cosine=_finite(self.min_cosine),
+            mean_cosine=_finite(self.mean_cosine),
+            max_abs=_finite(self.max_abs),
+            top1=_finite(self.top1),
+            exact=self.exact,
+        )
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, float | bool | None]) -> OutputMetrics:
+        def num(key: str) -> float | None:
+            value = raw.get(key)
+            return None if value is None or isinstance(value, bool) else float(value)
+
+        exact = raw.get("exact")
+        return cls(num("min_cosine"), num("mean_cosine"), num("max_abs"), num("top1"),
+                   None if exact is None else bool(exact))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VerificationReport:
+    """One variant against the source model: metrics per output, failures, in-process speed."""
+
+    precision: Precision
+    passed: bool
+    metrics: dict[str, OutputMetrics]
+    failures: list[str]
+    ms_per_sample: float | None = None
+
+    def timed(self, ms_per_sample: float) -> VerificationReport:
+        return VerificationReport(self.precision, self.passed, self.metrics, self.failures, ms_per_sample)
+
+    def worst(self) -> str:
+        """The worst checked figure, for one line of the summary: ``min cos 0.9987``, ``exact``."""
+        if any(m.exact is False for m in self.metrics.values()):
+            return "differs"
+        cosines = [m.min_cosine for m in self.metrics.values() if m.min_cosine is not None]
+        if cosines:
+            return f"min cos {min(cosines):.4f}"
+        return "exact" if any(m.exact for m in self.metrics.values()) else ""
+
+    def to_json(self) -> ReportJson:
+        return ReportJson(
+            precision=self.precision.value,
+            passed=self.passed,
+            metrics={name: m.to_json() for name, m in self.metrics.items()},
+            failures=list(self.failures),
+            ms_per_sample=_finite(self.ms_per_sample),
+        )
+
+    @classmethod
+    def from_json(cls, raw: ReportJson) -> VerificationReport:
+        metrics = {name: OutputMetrics.from_json(m) for name, m in raw["metrics"].items()}
+        ms = raw.get("ms_per_sample")
+        return cls(Precision(raw["precision"]), bool(raw["passed"]), metrics, list(raw["failures"]),
+                   None if ms is None else float(ms))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InstalledPlan:
+    """A verified TensorRT plan to put in the model's version folder, with its metadata."""
+
+    precision: Precision
+    plan: Path
+    metadata: Path
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    """What the engine stage left for the repository: the plan to serve per model."""
+
+    key: str  # changes whenever an installed plan would change
+    plans: dict[str, InstalledPlan] = field(default_factory=dict)
+    skipped: str | None = None  # why no plan was built here (no TensorRT, no GPU)
+
+
+@dataclass
+class ModelBuild:
+    """What the stages produced for one core model."""
+
+    spec: ModelSpec
+    variants: dict[Precision, Path] = field(default_factory=dict)
+    reports: dict[Precision, VerificationReport] = field(default_factory=dict)
+    stages: list[StageResult] = field(default_factory=list)
+    calibration_table: Path | None = None
+    reference_dir: Path | None = None  # evaluation inputs and the source model's outputs
+    served: Precision | None = None
+
+    @property
+    def passed(self) -> list[Precision]:
+        return [p for p in self.variants if self.reports[p].passed]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.stages if not s.skipped)
+
+    def fastest(self, among: list[Precision]) -> Precision | None:
+        """The variant of ``among`` with the least measured in-process time per sample."""
+        timed = [p for p in among if self.reports[p].ms_per_sample is not None]
+        return min(timed, key=lambda p: self.reports[p].ms_per_sample or 0.0, default=None)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    target: str
+    repo: Path
+    models: list[ModelBuild]
+    published: bool
+    seconds: float
+    engines: EngineSummary | None = None
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None

@@ -1,0 +1,146 @@
+"""What each stage reads, declared as a small typed model, and the cache key made from it.
+
+A stage's key is its declared inputs plus the versions of the tools that make its
+artifact: changing a source file, a data file or a tool version re-runs exactly the
+stages that read it, and nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import modulefinder
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from builder import __version__
+from builder.cache import file_hash, key_of, tree_hash
+from builder.spec import Calibration, DataSpec, DynamicInt8, Profile, TensorSpec, Tolerance
+
+STAGE_VERSION = 1  # bump when a stage's output format changes
+
+
+@cache
+def tool_version(tool: str) -> str:
+    try:
+        return metadata.version(tool)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+class StageInputs(BaseModel):
+    """The inputs of one stage; ``key()`` hashes them with the versions of ``TOOLS``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    STAGE: ClassVar[str]
+    TOOLS: ClassVar[tuple[str, ...]] = ()
+
+    def key(self) -> str:
+        tools = {tool: tool_version(tool) for tool in self.TOOLS}
+        return key_of(self.STAGE, STAGE_VERSION, __version__, self.model_dump(mode="json"), tools)
+
+
+class ExportInputs(StageInputs):
+    STAGE = "export"
+    TOOLS = ("torch", "onnx")
+    source: str
+    source_fingerprint: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int
+    profiles: list[Profile]
+    opset: int
+
+
+class CheckInputs(StageInputs):
+    STAGE = "check"
+    TOOLS = ("onnx", "onnxsim", "onnxruntime")
+    exported_sha256: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int
+    simplify: bool
+    profiles: list[Profile]
+
+
+class ReferenceInputs(StageInputs):
+    STAGE = "reference"
+    TOOLS = ("torch", "onnxruntime", "numpy")
+    exported_sha256: str
+    source_fingerprint: str
+    evaluation: str  # fingerprint of the evaluation data and its reader
+
+
+class Fp16Inputs(StageInputs):
+    STAGE = "fp16"
+    TOOLS = ("onnx", "onnxconverter-common")
+    checked_sha256: str
+
+
+class Int8Inputs(StageInputs):
+    STAGE = "int8"
+    TOOLS = ("onnx", "onnxruntime", "numpy")
+    checked_sha256: str
+    calibration: Calibration
+    data: str  # fingerprint of the calibration data and its reader
+
+
+class Int8DynamicInputs(StageInputs):
+    STAGE = "int8_dynamic"
+    TOOLS = ("onnx", "onnxruntime", "numpy")
+    checked_sha256: str
+    options: DynamicInt8
+    data: str | None  # calibration data, when smoothing uses it
+
+
+class VerifyInputs(StageInputs):
+    STAGE = "verify"
+    TOOLS = ("onnxruntime", "numpy")
+    variant_sha256: str
+    reference_key: str
+    tolerance: Tolerance
+    opt_batch: int
+    threads: int
+
+
+def module_fingerprint(ref: str, spec_dir: Path) -> str:
+    """Hash of the module defining ``pkg.mod:fn`` and of every module it imports from the
+    spec's folder (found without importing anything)."""
+    module = ref.partition(":")[0]
+    root = spec_dir.resolve()
+    origin = _module_file(module, root)
+    if origin is None:
+        return f"unresolved:{module}"
+    finder = modulefinder.ModuleFinder(path=[str(root)])
+    try:
+        finder.import_hook(module)
+    except (ImportError, SyntaxError):
+        return file_hash(origin)
+    files = {origin} | {Path(m.__file__) for m in finder.modules.values() if m.__file__}
+    local = sorted(f for f in files if f.is_file() and f.resolve().is_relative_to(root))
+    return key_of([(str(f.resolve().relative_to(root)), file_hash(f)) for f in local])
+
+
+def _module_file(module: str, root: Path) -> Path | None:
+    path = root.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(found.origin) if found and found.origin and Path(found.origin).is_file() else None
+
+
+def data_fingerprint(data: DataSpec, spec_dir: Path) -> str:
+    parts: list[str] = []
+    if data.data is not None:
+        path = spec_dir / data.data
+        parts.append(tree_hash(path) if path.exists() else "missing")
+    if data.reader is not None:
+        parts.append(module_fingerprint(data.reader, spec_dir))
+    return key_of(parts, data.max_samples)

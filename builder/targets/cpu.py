@@ -1,0 +1,43 @@
+"""``cpu``: the official tritonserver container without a GPU (``onnxruntime_onnx``)."""
+
+from __future__ import annotations
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from builder.configs import (
+    ONNX_FILE,
+    model_io_config,
+    set_batching,
+    set_instances,
+    set_parameters,
+    set_warmup,
+)
+from builder.records import EngineSummary, ModelBuild
+from builder.spec import ModelSpec, Precision
+from builder.targets.base import ModelEntry, Target
+
+
+class CpuTarget(Target):
+    name = "cpu"
+    description = "the official tritonserver container, ONNX Runtime on the CPU"
+
+    def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
+        return [
+            ModelEntry(
+                self.core_config(build.spec, name, variant),
+                {ONNX_FILE: build.variants[variant]},
+                variant=variant,
+            )
+            for name, variant in self.published(build).items()
+        ]
+
+    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
+        cfg = model_io_config(model, name)
+        cfg.platform = "onnxruntime_onnx"
+        cfg.default_model_filename = ONNX_FILE
+        if model.serve.threads:
+            set_parameters(cfg, {"intra_op_thread_count": str(model.serve.threads)})
+        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
+        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        set_warmup(cfg, model)
+        return cfg

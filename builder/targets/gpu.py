@@ -1,0 +1,90 @@
+"""``gpu``: the official tritonserver container on a GPU host.
+
+The core model is a ``tensorrt_plan`` (its verified plan where one was built here)
+and ``<model>_onnx`` serves the same model with ONNX Runtime beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from builder.configs import ONNX_FILE, model_io_config, set_batching, set_instances, set_warmup
+from builder.errors import SpecError, VerificationError
+from builder.records import GPU_PREFERENCE, EngineSummary, ModelBuild
+from builder.spec import InstanceKind, ModelSpec, Precision
+from builder.spec.engine import cc_model_filenames
+from builder.targets.base import ModelEntry, Target
+
+PLAN_FILE = "model.plan"
+
+
+class GpuTarget(Target):
+    name = "gpu"
+    description = "the official tritonserver container on a GPU host: TensorRT plans, ONNX Runtime fallback"
+    builds_engines = True
+    default_instance_kind = InstanceKind.GPU
+
+    def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
+        return [self._plan_model(build, engines), self._fallback(build)]
+
+    def published(self, build: ModelBuild) -> dict[str, Precision]:
+        assert build.served is not None
+        return {build.spec.name: build.served}  # one plan per model; the fallback is fp32 ONNX
+
+    def check(self, model: ModelSpec, spec_file: Path) -> None:
+        if model.serve.variant(self.name) is Precision.INT8_DYNAMIC:
+            raise SpecError("int8_dynamic has no TensorRT kernels; use int8", file=spec_file,
+                            model=model.name, field="serve.gpu")  # fmt: skip
+
+    def choose_served(self, build: ModelBuild, spec_file: Path) -> Precision:
+        wanted = build.spec.serve.variant(self.name)
+        if wanted is not None:
+            return self._named(build, wanted, spec_file)
+        for precision in GPU_PREFERENCE:
+            if precision in build.passed:
+                return precision
+        raise VerificationError(
+            "no TensorRT-compatible variant (int8, fp16, fp32) passed verification",
+            file=spec_file,
+            model=build.spec.name,
+            field="precisions",
+        )
+
+    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
+        """The TensorRT plan model (one plan per model: ``variant`` is the one it was built from)."""
+        cfg = model_io_config(model, name)
+        cfg.platform = "tensorrt_plan"
+        cfg.default_model_filename = PLAN_FILE
+        cfg.cc_model_filenames.update(cc_model_filenames(model.engine))
+        if model.engine.cuda_graphs:
+            cfg.optimization.cuda.graphs = True
+        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
+        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        set_warmup(cfg, model)
+        return cfg
+
+    def _plan_model(self, build: ModelBuild, engines: EngineSummary | None) -> ModelEntry:
+        model = build.spec
+        assert build.served is not None
+        cfg = self.core_config(model, model.name, build.served)
+        installed = engines.plans.get(model.name) if engines is not None else None
+        artifacts: dict[str, Path] = {}
+        if installed is not None:
+            artifacts = {installed.plan.name: installed.plan, installed.metadata.name: installed.metadata}
+        return ModelEntry(cfg, artifacts, variant=build.served)
+
+    def fallback_config(self, model: ModelSpec) -> ModelConfig:
+        """``<model>_onnx``: the same model on ONNX Runtime, beside the plan."""
+        cfg = model_io_config(model, f"{model.name}_onnx")
+        cfg.platform = "onnxruntime_onnx"
+        cfg.default_model_filename = ONNX_FILE
+        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
+        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        return cfg
+
+    def _fallback(self, build: ModelBuild) -> ModelEntry:
+        assert build.served is not None
+        source = Precision.FP32 if Precision.FP32 in build.passed else build.served
+        return ModelEntry(self.fallback_config(build.spec), {ONNX_FILE: build.variants[source]})

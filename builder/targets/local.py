@@ -1,0 +1,59 @@
+"""``local``: the pip-installed tritonserver, which has only the Python backend.
+
+Each core model is served by the ``onnx_runner`` Python model running ONNX Runtime
+on the CPU; every verified variant is published (``<model>_<precision>``) beside
+the served one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from builder.configs import (
+    ONNX_FILE,
+    model_io_config,
+    set_batching,
+    set_instances,
+    set_parameters,
+    set_warmup,
+)
+from builder.records import EngineSummary, ModelBuild
+from builder.spec import Batching, ModelSpec, Precision
+from builder.targets.base import ModelEntry, Target
+
+ONNX_RUNNER = Path(__file__).parents[1] / "python_models" / "onnx_runner" / "model.py"
+
+
+class LocalTarget(Target):
+    name = "local"
+    description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
+
+    def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
+        return [
+            ModelEntry(
+                self.core_config(build.spec, name, variant),
+                {ONNX_FILE: build.variants[variant]},
+                {"model.py": ONNX_RUNNER},
+                variant,
+            )
+            for name, variant in self.published(build).items()
+        ]
+
+    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
+        cfg = model_io_config(model, name)
+        cfg.backend = "python"
+        set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
+                             "intra_op_threads": str(model.serve.threads)})  # fmt: skip
+        set_batching(
+            cfg, model.batching, model.max_batch_size, queue_policy=self.writes_queue_policy(model.batching)
+        )
+        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        set_warmup(cfg, model)
+        return cfg
+
+    def writes_queue_policy(self, batching: Batching) -> bool:
+        # tritonserver 2.51 holds requests up to 500 ms whenever a queue policy is set
+        # (see Batching.local_queue_policy); only where the spec asks for it.
+        return batching.local_queue_policy

@@ -1,0 +1,78 @@
+"""Stage keys: a changed source file, data file or tool version re-runs exactly the stages
+that read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder.pipeline import build
+from builder.records import BuildOptions
+from builder.stages import inputs
+from builder.stages.inputs import Fp16Inputs, module_fingerprint
+
+
+def test_factory_fingerprint_covers_modules_it_imports_from_the_spec_folder(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 4\n")
+    (tmp_path / "pkg" / "model.py").write_text(
+        "from pkg.layers import WIDTH\n\ndef build():\n    return WIDTH\n"
+    )
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
+    before = module_fingerprint("pkg.model:build", tmp_path)
+    (tmp_path / "unrelated.py").write_text("X = 2\n")
+    assert module_fingerprint("pkg.model:build", tmp_path) == before
+    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 8\n")
+    assert module_fingerprint("pkg.model:build", tmp_path) != before
+
+
+def test_a_tool_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = Fp16Inputs(checked_sha256="abc").key()
+    monkeypatch.setattr(
+        inputs, "tool_version", lambda tool: "99.0" if tool == "onnxconverter-common" else "1"
+    )
+    assert Fp16Inputs(checked_sha256="abc").key() != key
+
+
+def run(project: Path) -> set[str]:
+    result = build(BuildOptions(project / "models.yaml", project / "model_repository", target="local",
+                                log=lambda _: None))  # fmt: skip
+    return {s.name for b in result.models for s in b.stages if not s.skipped}
+
+
+@pytest.mark.slow
+def test_changed_inputs_rerun_exactly_their_stages(
+    tiny_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The factory gains a helper module in the spec folder: editing the helper re-exports.
+    (tiny_project / "tinyhelper.py").write_text("SEED = 0\n")
+    zoo = tiny_project / "tinyzoo.py"
+    future = "from __future__ import annotations\n"
+    zoo.write_text(zoo.read_text().replace(future, future + "import tinyhelper  # noqa: F401\n"))
+    assert "export" in run(tiny_project)
+    assert run(tiny_project) == set()
+
+    (tiny_project / "tinyhelper.py").write_text("SEED = 0  # edited\n")
+    ran = run(tiny_project)
+    assert {"export", "reference"} <= ran
+    downstream = {"check", "fp16", "int8"}
+    assert not downstream & ran, "the export's bytes did not change, so nothing after it re-runs"
+
+    # New evaluation data: the reference and every verification, nothing else.
+    rng = np.random.default_rng(11)
+    np.savez(tiny_project / "data" / "eval.npz", x=rng.normal(size=(32, 16)).astype(np.float32))
+    assert run(tiny_project) == {"reference", "verify-fp32", "verify-fp16", "verify-int8"}
+
+    # New calibration data: INT8 and its verification only.
+    np.savez(tiny_project / "data" / "calib.npz", x=rng.normal(size=(64, 16)).astype(np.float32))
+    ran = run(tiny_project)
+    assert "int8" in ran and ran <= {"int8", "verify-int8"}
+
+    # A new onnxconverter-common: the FP16 conversion (and its check if its bytes changed).
+    real = inputs.tool_version
+    monkeypatch.setattr(inputs, "tool_version", lambda t: "99.0" if t == "onnxconverter-common" else real(t))
+    ran = run(tiny_project)
+    assert "fp16" in ran and ran <= {"fp16", "verify-fp16"}
