@@ -150,7 +150,7 @@ def set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
 
 
 def _dtype(t: TensorSpec) -> int:
-    return DataType.Value(triton_type(t.dtype))
+    return int(DataType.Value(triton_type(t.dtype)))
 
 
 def _param_str(value: str | int | float | bool) -> str:

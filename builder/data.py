@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from builder.dtypes import to_numpy
 from builder.errors import DataError
@@ -22,7 +24,7 @@ _READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
 
 def load_samples(
     data: DataSpec, model: ModelSpec, *, spec_dir: Path, spec_file: Path, section: str
-) -> dict[str, np.ndarray]:
+) -> dict[str, NDArray[Any]]:
     """Read ``data`` (an .npz or a reader factory), check it fits ``model``'s inputs."""
     path = spec_dir / data.data if data.data is not None else None
     where: Path = path if path is not None else spec_file
@@ -61,7 +63,7 @@ def _from_reader(
     return arrays
 
 
-def _from_npz(path: Path, model: str, section: str) -> dict[str, np.ndarray]:
+def _from_npz(path: Path, model: str, section: str) -> dict[str, NDArray[Any]]:
     field = f"{section}.data"
     if not path.is_file():
         raise DataError("expected an .npz file (or give a reader)", file=path, model=model, field=field)
@@ -81,7 +83,7 @@ def _from_npz(path: Path, model: str, section: str) -> dict[str, np.ndarray]:
 
 def _checked(
     arrays: Mapping[str, object], model: ModelSpec, max_samples: int | None, *, file: Path, section: str
-) -> dict[str, np.ndarray]:
+) -> dict[str, NDArray[Any]]:
     specs = {t.name: t for t in model.inputs}
 
     def fail(message: str, field: str) -> DataError:
@@ -93,7 +95,7 @@ def _checked(
     missing = sorted(n for n, t in specs.items() if not t.optional and n not in arrays)
     if missing:
         raise fail(f"no array for inputs {missing}", "")
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, NDArray[Any]] = {}
     for name, value in arrays.items():
         field = f": input '{name}'"
         if not isinstance(value, np.ndarray):
@@ -112,7 +114,7 @@ def _checked(
     return out
 
 
-def _problem(value: np.ndarray, spec: TensorSpec, model: ModelSpec) -> str | None:
+def _problem(value: NDArray[Any], spec: TensorSpec, model: ModelSpec) -> str | None:
     """What is wrong with one input's array, or None."""
     if not _dtype_ok(value.dtype, spec.dtype):
         return f"dtype {value.dtype} does not match the spec's {spec.dtype.value} ({to_numpy(spec.dtype)})"
@@ -136,13 +138,13 @@ def _problem(value: np.ndarray, spec: TensorSpec, model: ModelSpec) -> str | Non
     return None
 
 
-def _dtype_ok(got: np.dtype, want: DType) -> bool:
+def _dtype_ok(got: np.dtype[Any], want: DType) -> bool:
     if want is DType.STRING:
         return got.kind in "OSU"
     return got == to_numpy(want)
 
 
-def _as_dtype(value: np.ndarray, dtype: DType) -> np.ndarray:
+def _as_dtype(value: NDArray[Any], dtype: DType) -> NDArray[Any]:
     if dtype is DType.STRING:
         return value.astype(np.object_)
     return np.ascontiguousarray(value, dtype=to_numpy(dtype))

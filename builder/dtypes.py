@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from onnx import TensorProto
 
@@ -36,7 +38,7 @@ ONNX: dict[DType, int] = {
 FROM_ONNX: dict[int, DType] = {v: k for k, v in ONNX.items()}
 
 
-def to_numpy(dtype: DType) -> np.dtype:
+def to_numpy(dtype: DType) -> np.dtype[Any]:
     return np.dtype(NUMPY[dtype])
 
 

@@ -6,7 +6,7 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from builder.errors import SpecError
 
@@ -28,4 +28,4 @@ def import_factory(
     func = getattr(module, attr, None)
     if not callable(func):
         raise SpecError(f"'{module_name}' has no callable '{attr}'", file=spec_file, model=model, field=field)
-    return func
+    return cast(Callable[..., Any], func)

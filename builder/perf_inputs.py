@@ -61,9 +61,9 @@ def core_model(spec: Spec, entry: AnySpec) -> ModelSpec | None:
 def real_input_data(spec: Spec, spec_file: Path, entry: AnySpec, out: Path) -> Path | None:
     """An --input-data JSON from the core model's calibration data, or None for random data."""
     core = core_model(spec, entry)
-    data = core and (core.calibration or core.evaluation)
-    if core is None or data is None:
+    if core is None:
         return None
+    data = core.calibration or core.evaluation
     strings = [t for t in entry.inputs if t.dtype.value == "STRING"]
     if len(strings) == 1 and len(entry.inputs) == 1 and strings[0].dims == [1] and data.data:
         entries = _raw_entries(strings[0].name, spec_file.parent / data.data)

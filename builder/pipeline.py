@@ -16,9 +16,10 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from builder import repository
 from builder.cache import StageCache, StageResult, file_hash
@@ -51,7 +52,7 @@ from builder.targets import TARGETS, resolve
 from builder.targets.base import unknown_serve_targets
 
 Info = dict[str, object]
-Samples = dict[str, np.ndarray]
+Samples = dict[str, NDArray[Any]]
 
 
 def build(opts: BuildOptions) -> BuildResult:
@@ -139,8 +140,8 @@ def _variant(
         return _run(ctx, model, Fp16Inputs(checked_sha256=checked), lambda d: _fp16(fp32, d))
     if precision is Precision.INT8:
         assert model.calibration is not None  # the spec requires it for int8
-        data = data_fingerprint(model.calibration, ctx.spec_dir)
-        inputs = Int8Inputs(checked_sha256=checked, calibration=model.calibration, data=data)
+        calibrated = data_fingerprint(model.calibration, ctx.spec_dir)
+        inputs = Int8Inputs(checked_sha256=checked, calibration=model.calibration, data=calibrated)
         return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, d))
     if precision is Precision.INT8_DYNAMIC:
         smooth = model.int8_dynamic.smooth

@@ -63,7 +63,7 @@ def _exchange(a: Path, b: Path) -> bool:
     if renameat2 is None:
         return False
     rc = renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
-    return rc == 0
+    return bool(rc == 0)
 
 
 def _alive(pid: int) -> bool:

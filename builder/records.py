@@ -8,7 +8,7 @@ that runs a stage, so every layer above can share these types without a cycle.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -75,13 +75,9 @@ class OutputMetrics:
         )
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, float | bool | None]) -> OutputMetrics:
-        def num(key: str) -> float | None:
-            value = raw.get(key)
-            return None if value is None or isinstance(value, bool) else float(value)
-
-        exact = raw.get("exact")
-        return cls(num("min_cosine"), num("mean_cosine"), num("max_abs"), num("top1"),
+    def from_json(cls, raw: MetricsJson) -> OutputMetrics:
+        exact = raw["exact"]
+        return cls(_num(raw["min_cosine"]), _num(raw["mean_cosine"]), _num(raw["max_abs"]), _num(raw["top1"]),
                    None if exact is None else bool(exact))  # fmt: skip
 
 
@@ -119,9 +115,8 @@ class VerificationReport:
     @classmethod
     def from_json(cls, raw: ReportJson) -> VerificationReport:
         metrics = {name: OutputMetrics.from_json(m) for name, m in raw["metrics"].items()}
-        ms = raw.get("ms_per_sample")
         return cls(Precision(raw["precision"]), bool(raw["passed"]), metrics, list(raw["failures"]),
-                   None if ms is None else float(ms))  # fmt: skip
+                   _num(raw["ms_per_sample"]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -176,6 +171,10 @@ class BuildResult:
     published: bool
     seconds: float
     engines: EngineSummary | None = None
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _finite(value: float | None) -> float | None:

@@ -13,13 +13,12 @@ import tempfile
 import threading
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from builder.errors import BuildError
 from builder.server import TritonServer
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="serve a model repository with a real tritonserver")
     p.add_argument("--repo", type=Path, default=Path("model_repository"), help="the model repository")
     p.add_argument(

@@ -85,7 +85,7 @@ def max_shape_requests(model: ModelSpec, url: str, name: str, rounds: int = ROUN
 
 def max_shape_request(model: ModelSpec, url: str, name: str) -> None:
     """One request at the max batch and the profile's max shape (where the estimate is taken)."""
-    import tritonclient.http as httpclient  # type: ignore[import-untyped]
+    import tritonclient.http as httpclient
 
     from builder.dtypes import to_numpy
 

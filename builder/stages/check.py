@@ -50,7 +50,7 @@ def _run_checker(target: Path | onnx.ModelProto, model: ModelSpec, *, spec_file:
 
 def _simplified(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> onnx.ModelProto:
     """onnxsim's graph, if it simplifies, still passes the checker and still matches the spec."""
-    import onnxsim  # type: ignore[import-untyped]
+    import onnxsim
 
     try:
         simple: onnx.ModelProto

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from numpy.typing import NDArray
 from onnxconverter_common import float16
 
 from builder.errors import BuildError
@@ -61,7 +63,7 @@ def _check_runs(path: Path, fp32_onnx: Path) -> None:
             raise BuildError(f"{fp32_onnx.name}: fp16: the converted model fails to run: {exc}") from exc
 
 
-def _probe(session: ort.InferenceSession) -> dict[str, np.ndarray] | None:
+def _probe(session: ort.InferenceSession) -> dict[str, NDArray[Any]] | None:
     """Small ones for every input (dynamic dims as 1), or None for unsupported input types."""
     feed = {}
     for arg in session.get_inputs():
@@ -73,7 +75,7 @@ def _probe(session: ort.InferenceSession) -> dict[str, np.ndarray] | None:
     return feed
 
 
-def _runs(path: Path, feed: dict[str, np.ndarray]) -> bool:
+def _runs(path: Path, feed: dict[str, NDArray[Any]]) -> bool:
     try:
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
     except Exception:

@@ -119,7 +119,8 @@ def module_fingerprint(ref: str, spec_dir: Path) -> str:
         finder.import_hook(module)
     except (ImportError, SyntaxError):
         return file_hash(origin)
-    files = {origin} | {Path(m.__file__) for m in finder.modules.values() if m.__file__}
+    found = (getattr(m, "__file__", None) for m in finder.modules.values())
+    files = {origin} | {Path(f) for f in found if f}
     local = sorted(f for f in files if f.is_file() and f.resolve().is_relative_to(root))
     return key_of([(str(f.resolve().relative_to(root)), file_hash(f)) for f in local])
 

@@ -14,16 +14,18 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
 
 def smooth_matmul_inputs(
     src: str | Path,
     dst: str | Path,
-    samples: dict[str, np.ndarray],
+    samples: dict[str, NDArray[Any]],
     *,
     alpha: float = 0.5,
     nodes: list[str] | None = None,
@@ -60,15 +62,15 @@ def _targets(model: onnx.ModelProto, patterns: list[str] | None) -> list[onnx.No
     return found
 
 
-def _batches(samples: dict[str, np.ndarray], batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+def _batches(samples: dict[str, NDArray[Any]], batch_size: int) -> Iterator[dict[str, NDArray[Any]]]:
     n = len(next(iter(samples.values())))
     for i in range(0, n, batch_size):
         yield {k: v[i : i + batch_size] for k, v in samples.items()}
 
 
 def _activation_absmax(
-    model: onnx.ModelProto, tensors: list[str], samples: dict[str, np.ndarray], batch_size: int
-) -> dict[str, np.ndarray]:
+    model: onnx.ModelProto, tensors: list[str], samples: dict[str, NDArray[Any]], batch_size: int
+) -> dict[str, NDArray[Any]]:
     """Per-channel (last axis) max |x| of each tensor over all samples."""
     import onnxruntime as ort
 
@@ -78,7 +80,7 @@ def _activation_absmax(
     probe.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    amax: dict[str, np.ndarray] = {}
+    amax: dict[str, NDArray[Any]] = {}
     for batch in _batches(samples, batch_size):
         outs = session.run(tensors, {k: v for k, v in batch.items() if k in names})
         for name, x in zip(tensors, outs, strict=True):
@@ -88,7 +90,7 @@ def _activation_absmax(
 
 
 def _apply(
-    model: onnx.ModelProto, targets: list[onnx.NodeProto], amax: dict[str, np.ndarray], alpha: float
+    model: onnx.ModelProto, targets: list[onnx.NodeProto], amax: dict[str, NDArray[Any]], alpha: float
 ) -> None:
     inits = {i.name: i for i in model.graph.initializer}
     by_input: dict[str, list[onnx.NodeProto]] = {}
@@ -113,7 +115,7 @@ def _apply(
     _drop_unused_initializers(model)
 
 
-def _scale(x_max: np.ndarray, w_max: np.ndarray, alpha: float) -> np.ndarray:
+def _scale(x_max: NDArray[Any], w_max: NDArray[Any], alpha: float) -> NDArray[Any]:
     s = np.power(np.maximum(x_max, 1e-5), alpha) / np.power(np.maximum(w_max, 1e-5), 1.0 - alpha)
     s = np.clip(s, 1e-4, 1e4)
     return np.where(x_max > 0, s, 1.0).astype(np.float32)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from numpy.typing import NDArray
 
 from builder.errors import SpecError
 from builder.records import OutputMetrics, VerificationReport
@@ -28,18 +30,18 @@ def session(path: Path, threads: int = 0) -> ort.InferenceSession:
 
 
 def run_onnx(
-    path: Path, inputs: dict[str, np.ndarray], *, batch_size: int, threads: int = 0
-) -> dict[str, np.ndarray]:
+    path: Path, inputs: dict[str, NDArray[Any]], *, batch_size: int, threads: int = 0
+) -> dict[str, NDArray[Any]]:
     """Run on ORT CPU in batches of ``batch_size`` (0: one sample at a time, no batch axis)."""
     return run_session(session(path, threads), inputs, batch_size=batch_size)
 
 
 def run_session(
-    sess: ort.InferenceSession, inputs: dict[str, np.ndarray], *, batch_size: int
-) -> dict[str, np.ndarray]:
+    sess: ort.InferenceSession, inputs: dict[str, NDArray[Any]], *, batch_size: int
+) -> dict[str, NDArray[Any]]:
     names = [o.name for o in sess.get_outputs()]
     count = next(iter(inputs.values())).shape[0]
-    parts: list[list[np.ndarray]] = []
+    parts: list[list[NDArray[Any]]] = []
     for start in range(0, count, max(batch_size, 1)):
         if batch_size == 0:
             feed = {k: v[start] for k, v in inputs.items()}
@@ -51,8 +53,8 @@ def run_session(
 
 
 def compare(
-    reference: dict[str, np.ndarray],
-    candidate: dict[str, np.ndarray],
+    reference: dict[str, NDArray[Any]],
+    candidate: dict[str, NDArray[Any]],
     tolerance: Tolerance,
     outputs: list[TensorSpec],
 ) -> tuple[dict[str, OutputMetrics], list[str]]:
@@ -79,7 +81,7 @@ def compare(
     return metrics, failures
 
 
-def output_metrics(ref: np.ndarray, cand: np.ndarray) -> OutputMetrics:
+def output_metrics(ref: NDArray[Any], cand: NDArray[Any]) -> OutputMetrics:
     if ref.dtype.kind not in "fc" or cand.dtype.kind not in "fc":
         return OutputMetrics(None, None, None, None, exact=bool(np.array_equal(ref, cand)))
     a = ref.reshape(ref.shape[0], -1).astype(np.float64)
@@ -93,7 +95,7 @@ def output_metrics(ref: np.ndarray, cand: np.ndarray) -> OutputMetrics:
     return OutputMetrics(float(cos.min()), float(cos.mean()), max_abs, top1, exact=None)
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _cosines(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
     """Per-sample cosine; two zero vectors agree (1), one zero vector does not (0)."""
     na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -103,7 +105,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(cos), np.clip(cos, -1.0, 1.0), -1.0)
 
 
-def _nonfinite(name: str, ref: np.ndarray, cand: np.ndarray) -> list[str]:
+def _nonfinite(name: str, ref: NDArray[Any], cand: NDArray[Any]) -> list[str]:
     if cand.dtype.kind not in "fc":
         return []
     bad = ~np.isfinite(cand) & np.isfinite(ref)
@@ -131,8 +133,8 @@ def verify_variant(
     model: ModelSpec,
     precision: Precision,
     onnx_path: Path,
-    inputs: dict[str, np.ndarray],
-    reference: dict[str, np.ndarray],
+    inputs: dict[str, NDArray[Any]],
+    reference: dict[str, NDArray[Any]],
 ) -> VerificationReport:
     """Run the variant on ``inputs``, compare with ``reference`` under the model's tolerance."""
     tolerance = model.tolerances.get(precision)
@@ -151,14 +153,14 @@ def verify_variant(
 
 
 def time_variant(
-    model: ModelSpec, onnx_path: Path, inputs: dict[str, np.ndarray], *, repeats: int = 5
+    model: ModelSpec, onnx_path: Path, inputs: dict[str, NDArray[Any]], *, repeats: int = 5
 ) -> float:
     """In-process ms per sample at ``model.opt_batch()``: median of ``repeats`` after a warm-up."""
     return _time_session(session(onnx_path, model.serve.threads), model, inputs, repeats=repeats)
 
 
 def _time_session(
-    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, np.ndarray], *, repeats: int = 5
+    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, repeats: int = 5
 ) -> float:
     batch = model.opt_batch()
     feed = {k: _take(v, batch) for k, v in inputs.items()}
@@ -174,7 +176,7 @@ def _time_session(
     return statistics.median(times) * 1000.0 / batch
 
 
-def _take(array: np.ndarray, n: int) -> np.ndarray:
+def _take(array: NDArray[Any], n: int) -> NDArray[Any]:
     """The first ``n`` samples, repeating them when there are fewer."""
     reps = -(-n // array.shape[0])
     return np.concatenate([array] * reps)[:n] if reps > 1 else array[:n]

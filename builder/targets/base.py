@@ -31,7 +31,7 @@ class ModelEntry:
 
     @property
     def name(self) -> str:
-        return self.config.name
+        return str(self.config.name)
 
 
 class Target(ABC):

@@ -95,7 +95,7 @@ class Bench:
 
     def load(self, cand: Candidate) -> None:
         """Write the candidate's config.pbtxt and (re)load the model."""
-        import tritonclient.http as httpclient  # type: ignore[import-untyped]
+        import tritonclient.http as httpclient
 
         cfg = served_here().core_config(apply(self.model, cand), self.name, self.variant)
         write_config(cfg, self.model_dir)
