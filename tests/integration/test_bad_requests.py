@@ -126,8 +126,7 @@ def test_the_image_ensemble_still_classifies_after_bad_images(triton: TritonServ
 
 
 def text_input(raw: Any) -> str:
-    if not raw.is_model_ready(TEXT_MODEL):
-        pytest.skip(f"{TEXT_MODEL} is not in the default zoo yet")
+    assert raw.is_model_ready(TEXT_MODEL), f"{TEXT_MODEL} is in the default zoo and must be served"
     meta = raw.get_model_metadata(TEXT_MODEL, as_json=True)
     names = [i["name"] for i in meta["inputs"] if i["datatype"] == "BYTES"]
     assert names, f"{TEXT_MODEL} has no STRING input"

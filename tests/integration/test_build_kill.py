@@ -102,7 +102,7 @@ def test_killed_builds_leave_the_repository_intact(tiny_project: Path, tmp_path:
         assert not any(line.startswith("publish:") for line in lines)
         assert tree_digest(repo) == digest, f"killed at {stage}: the published repository changed"
         assert (repo / "tiny" / "config.pbtxt").read_text() == config
-    assert landed["export"] and landed["int8"], f"a kill came after its stage had finished: {landed}"
+    assert all(landed.values()), f"a kill came after its stage had finished: {landed}"
     record("build_kill", {"killed_inside_stage": landed, "repository_unchanged": True})
 
     server = TritonServer(repo, log_path=tmp_path / "server.log")
