@@ -53,7 +53,7 @@ def test_shared_memory_on_and_off_identical(client: Client, triton: Any, batch: 
 
 def test_shared_memory_automatic_above_threshold(url: str, protocol: str, triton: Any) -> None:
     with Client(url, protocol, shm_threshold=1) as c:
-        assert c._use_shm(None, simple_inputs(1))
+        assert c.settings.use_shm(None, simple_inputs(1))
         out = c.infer("simple", simple_inputs(2))
     np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(2))["OUTPUT0"])
     assert_no_regions(triton)

@@ -1,0 +1,93 @@
+"""The system shared-memory regions of a plan (`shm.Plan`): created and filled, registered with the
+server for one request only, then always unregistered and unlinked, also on errors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import tritonclient.utils.shared_memory as sysshm
+
+from .errors import SharedMemoryError
+from .model import Arrays
+from .shm import Plan, Region
+
+
+class Shared:
+    """What a request's transport reads back: the outputs written to the plan's output region."""
+
+    def __init__(self, plan: Plan | None) -> None:
+        self.plan = plan
+
+    def outputs(self) -> Arrays:
+        """Copies of the outputs in the output region (copies: the region is unlinked next)."""
+        plan = self.plan
+        if plan is None or plan.output_region is None:
+            return {}
+        handle = plan.output_region.handle
+        return {
+            s.name: sysshm.get_contents_as_numpy(handle, s.dtype, s.shape, s.offset).copy()
+            for s in plan.outputs
+        }
+
+
+def _create(plan: Plan, arrays: Arrays) -> list[Region]:
+    for region in plan.regions():
+        try:
+            region.handle = sysshm.create_shared_memory_region(
+                region.name, region.key, region.size, create_only=True
+            )
+        except sysshm.SharedMemoryException as exc:
+            raise SharedMemoryError(f"cannot create shared memory {region.key}: {exc}") from exc
+    if plan.input_region is not None:
+        for slot in plan.inputs:
+            sysshm.set_shared_memory_region(plan.input_region.handle, [arrays[slot.name]], offset=slot.offset)
+    return plan.regions()
+
+
+def _released(plan: Plan) -> Iterator[Region]:
+    """The plan's registered regions, for the caller to unregister; each is destroyed after."""
+    for region in plan.regions():
+        if region.registered:
+            yield region
+            region.registered = False
+        if region.handle is not None:
+            with contextlib.suppress(Exception):
+                sysshm.destroy_shared_memory_region(region.handle)
+            region.handle = None
+
+
+@contextlib.contextmanager
+def registered(raw: Any, plan: Plan | None, arrays: Arrays) -> Iterator[Shared]:
+    """The plan's regions created, filled and registered with a sync tritonclient client while the
+    block runs (nothing to do without a plan)."""
+    if plan is None:
+        yield Shared(None)
+        return
+    try:
+        for region in _create(plan, arrays):
+            raw.register_system_shared_memory(region.name, region.key, region.size)
+            region.registered = True
+        yield Shared(plan)
+    finally:
+        for region in _released(plan):
+            with contextlib.suppress(Exception):
+                raw.unregister_system_shared_memory(region.name)
+
+
+@contextlib.asynccontextmanager
+async def aregistered(raw: Any, plan: Plan | None, arrays: Arrays) -> AsyncIterator[Shared]:
+    """`registered` for tritonclient's asyncio clients."""
+    if plan is None:
+        yield Shared(None)
+        return
+    try:
+        for region in _create(plan, arrays):
+            await raw.register_system_shared_memory(region.name, region.key, region.size)
+            region.registered = True
+        yield Shared(plan)
+    finally:
+        for region in _released(plan):
+            with contextlib.suppress(Exception):
+                await raw.unregister_system_shared_memory(region.name)
