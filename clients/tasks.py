@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .client import Client
 from .errors import InvalidInput
@@ -25,7 +26,7 @@ def _only(tensors: dict[str, TensorInfo], what: str, info: ModelInfo) -> TensorI
     return next(iter(tensors.values()))
 
 
-def _strings(items: list[bytes], spec: TensorInfo) -> np.ndarray:
+def _strings(items: list[bytes], spec: TensorInfo) -> NDArray[Any]:
     """A BYTES batch shaped [N, 1, ...] (or [N]) as the input's metadata says."""
     return np.array(items, dtype=object).reshape(len(items), *(1 for _ in spec.shape[1:]))
 
@@ -38,7 +39,7 @@ class Embedder:
     ) -> None:
         self.client, self.model = Client(url, protocol, **kwargs), model
 
-    def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> np.ndarray:
+    def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> NDArray[np.float32]:
         info = self.client.model(self.model)
         spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
         items = [texts] if isinstance(texts, str) else list(texts)
@@ -65,7 +66,7 @@ class Prediction:
     index: int
 
 
-Image = bytes | str | PathLike | np.ndarray | Any  # Any: a PIL.Image.Image
+Image: TypeAlias = "bytes | str | PathLike[str] | NDArray[Any] | Any"  # Any: a PIL.Image.Image
 
 
 def image_bytes(image: Image) -> bytes:
@@ -74,7 +75,12 @@ def image_bytes(image: Image) -> bytes:
         return image
     if isinstance(image, (str, PathLike)):
         return Path(image).read_bytes()
-    from PIL import Image as PILImage  # optional: only to encode arrays and PIL images
+    try:
+        from PIL import Image as PILImage  # optional: only to encode arrays and PIL images
+    except ImportError as exc:
+        raise ImportError(
+            "encoding image arrays needs Pillow: pip install 'tritonforge-client[images]', or pass bytes"
+        ) from exc
 
     picture = PILImage.fromarray(image) if isinstance(image, np.ndarray) else image
     buffer = io.BytesIO()
@@ -104,7 +110,7 @@ class Classifier:
         info = self.client.model(self.model)
         spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
         single = isinstance(images, (bytes, str, PathLike, np.ndarray)) or not isinstance(images, Sequence)
-        items = [images] if single else list(images)
+        items: list[Any] = [images] if single else list(cast(Sequence[Any], images))
         if not items:
             return []
         data = _strings([image_bytes(i) for i in items], spec)
