@@ -30,6 +30,7 @@ class AsyncClient:
         aio = module(self.protocol, aio=True)
         self._raw = aio.InferenceServerClient(self.address, verbose=self.settings.verbose)
         self._models: dict[tuple[str, str], ModelInfo] = {}
+        self._pending: set[str] = set()  # regions the server did not let go of yet
 
     @property
     def triton(self) -> Any:
@@ -119,7 +120,7 @@ class AsyncClient:
 
     async def _attempt(self, call: Call, part: Part, timeout: float | None) -> Arrays:
         plan = call.shm_plan(part)
-        async with regions.aregistered(self._raw, plan, part.arrays) as shared:
+        async with regions.aregistered(self._raw, plan, part.arrays, self._pending) as shared:
             response = await self._infer(call, *call.tensors(self._mod, part, plan), timeout)
             return call.result(part, response, shared.outputs())
 
@@ -130,6 +131,7 @@ class AsyncClient:
         return await asyncio.wait_for(request, timeout)
 
     async def close(self) -> None:
+        await regions.arelease(self._raw, self._pending)
         await self._raw.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -42,6 +42,7 @@ class Client:
         self._local = threading.local()
         self._extra: list[Any] = []  # per-thread HTTP clients, closed with this one
         self._models: dict[tuple[str, str], ModelInfo] = {}
+        self._pending: set[str] = set()  # regions the server did not let go of yet
         self._pool: ThreadPoolExecutor | None = None
 
     @property
@@ -165,7 +166,7 @@ class Client:
 
     def _attempt(self, call: Call, part: Part, timeout: float | None) -> Arrays:
         plan = call.shm_plan(part)
-        with regions.registered(self._thread_raw(), plan, part.arrays) as shared:
+        with regions.registered(self._thread_raw(), plan, part.arrays, self._pending) as shared:
             response = self._infer(call, *call.tensors(self._mod, part, plan), timeout)
             return call.result(part, response, shared.outputs())
 
@@ -188,6 +189,7 @@ class Client:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        regions.release(self._raw, self._pending)
         for raw in [self._raw, *self._extra]:
             with contextlib.suppress(Exception):
                 raw.close()

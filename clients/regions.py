@@ -1,5 +1,9 @@
 """The system shared-memory regions of a plan (`shm.Plan`): created and filled, registered with the
-server for one request only, then always unregistered and unlinked, also on errors."""
+server for one request only, then always unregistered and unlinked, also on errors.
+
+The server refuses to unregister a region that a request still uses (one the client stopped waiting
+for): such names go into the transport's `pending` set and are unregistered at its next request
+or when it closes."""
 
 from __future__ import annotations
 
@@ -58,10 +62,28 @@ def _released(plan: Plan) -> Iterator[Region]:
             region.handle = None
 
 
+def release(raw: Any, pending: set[str]) -> None:
+    """Unregister the pending regions the server lets go of now (sync tritonclient client)."""
+    for name in list(pending):
+        with contextlib.suppress(Exception):
+            raw.unregister_system_shared_memory(name)
+            pending.discard(name)
+
+
+async def arelease(raw: Any, pending: set[str]) -> None:
+    """`release` for tritonclient's asyncio clients."""
+    for name in list(pending):
+        with contextlib.suppress(Exception):
+            await raw.unregister_system_shared_memory(name)
+            pending.discard(name)
+
+
 @contextlib.contextmanager
-def registered(raw: Any, plan: Plan | None, arrays: Arrays) -> Iterator[Shared]:
+def registered(raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]) -> Iterator[Shared]:
     """The plan's regions created, filled and registered with a sync tritonclient client while the
     block runs (nothing to do without a plan)."""
+    if pending:
+        release(raw, pending)
     if plan is None:
         yield Shared(None)
         return
@@ -72,13 +94,19 @@ def registered(raw: Any, plan: Plan | None, arrays: Arrays) -> Iterator[Shared]:
         yield Shared(plan)
     finally:
         for region in _released(plan):
-            with contextlib.suppress(Exception):
+            try:
                 raw.unregister_system_shared_memory(region.name)
+            except Exception:
+                pending.add(region.name)
 
 
 @contextlib.asynccontextmanager
-async def aregistered(raw: Any, plan: Plan | None, arrays: Arrays) -> AsyncIterator[Shared]:
+async def aregistered(
+    raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]
+) -> AsyncIterator[Shared]:
     """`registered` for tritonclient's asyncio clients."""
+    if pending:
+        await arelease(raw, pending)
     if plan is None:
         yield Shared(None)
         return
@@ -89,5 +117,7 @@ async def aregistered(raw: Any, plan: Plan | None, arrays: Arrays) -> AsyncItera
         yield Shared(plan)
     finally:
         for region in _released(plan):
-            with contextlib.suppress(Exception):
+            try:
                 await raw.unregister_system_shared_memory(region.name)
+            except Exception:
+                pending.add(region.name)

@@ -18,9 +18,9 @@ from tests.clients._helpers import simple_info, simple_inputs
 class Recorder:
     """Records registration calls; `fail` makes the n-th registration raise."""
 
-    def __init__(self, fail: int | None = None) -> None:
+    def __init__(self, fail: int | None = None, busy: int = 0) -> None:
         self.calls: list[tuple[str, str]] = []
-        self.fail = fail
+        self.fail, self.busy = fail, busy  # busy: unregistrations refused (the region is in use)
 
     def register_system_shared_memory(self, name: str, key: str, size: int) -> None:
         assert os.path.exists("/dev/shm" + key) and size > 0  # created before it is registered
@@ -30,6 +30,9 @@ class Recorder:
 
     def unregister_system_shared_memory(self, name: str) -> None:
         self.calls.append(("unregister", name))
+        if self.busy:
+            self.busy -= 1
+            raise RuntimeError(f"Cannot unregister shared memory region '{name}', it is currently in use.")
 
 
 class AsyncRecorder(Recorder):
@@ -62,7 +65,7 @@ def serve(p: Plan, arrays: dict[str, np.ndarray]) -> None:
 def test_registered_for_the_block_then_removed() -> None:
     p, arrays = simple_plan(3)
     raw = Recorder()
-    with registered(raw, p, arrays) as shared:
+    with registered(raw, p, arrays, set()) as shared:
         assert len(leftover_keys()) == 2
         serve(p, arrays)
         out = shared.outputs()
@@ -76,7 +79,7 @@ def test_registered_for_the_block_then_removed() -> None:
 def test_removed_when_the_request_fails() -> None:
     p, arrays = simple_plan(2)
     raw = Recorder()
-    with pytest.raises(ValueError, match="request failed"), registered(raw, p, arrays):
+    with pytest.raises(ValueError, match="request failed"), registered(raw, p, arrays, set()):
         raise ValueError("request failed")
     assert [c[0] for c in raw.calls] == ["register", "register", "unregister", "unregister"]
     assert leftover_keys() == []
@@ -85,7 +88,7 @@ def test_removed_when_the_request_fails() -> None:
 def test_removed_when_registration_fails_midway() -> None:
     p, arrays = simple_plan(2)
     raw = Recorder(fail=2)
-    with pytest.raises(RuntimeError, match="registration refused"), registered(raw, p, arrays):
+    with pytest.raises(RuntimeError, match="registration refused"), registered(raw, p, arrays, set()):
         pytest.fail("the block must not run")
     first = p.regions()[0].name
     assert raw.calls == [("register", first), ("register", p.regions()[1].name), ("unregister", first)]
@@ -94,9 +97,21 @@ def test_removed_when_registration_fails_midway() -> None:
 
 def test_no_plan_no_regions() -> None:
     raw = Recorder()
-    with registered(raw, None, simple_inputs(1)) as shared:
+    with registered(raw, None, simple_inputs(1), set()) as shared:
         assert shared.outputs() == {}
     assert raw.calls == []
+
+
+def test_regions_still_in_use_are_unregistered_at_the_next_request() -> None:
+    p, arrays = simple_plan(2)
+    raw, pending = Recorder(busy=2), set[str]()
+    with registered(raw, p, arrays, pending):
+        pass
+    names = {r.name for r in p.regions()}
+    assert pending == names and leftover_keys() == []  # unlinked here; the server still holds them
+    with registered(raw, None, simple_inputs(1), pending):
+        pass
+    assert pending == set() and sorted(raw.calls[-2:]) == sorted(("unregister", n) for n in names)
 
 
 def test_async_registered_for_the_block_then_removed() -> None:
@@ -105,11 +120,11 @@ def test_async_registered_for_the_block_then_removed() -> None:
 
     async def go() -> dict[str, np.ndarray]:
         with pytest.raises(KeyError):
-            async with aregistered(raw, p, arrays):
+            async with aregistered(raw, p, arrays, set()):
                 raise KeyError("x")
         assert leftover_keys() == []
         again, _ = simple_plan(4)
-        async with aregistered(raw, again, arrays) as shared:
+        async with aregistered(raw, again, arrays, set()) as shared:
             serve(again, arrays)
             return shared.outputs()
 
