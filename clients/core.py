@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from . import shm
 from .errors import InvalidInput, ModelNotReady, ServerUnavailable, translate
@@ -30,15 +30,14 @@ class InferOptions(TypedDict, total=False):
     class_count: int
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """One request of a call: a slice of the batch (`batch` 0 when the model does not batch)."""
 
     arrays: Arrays
     batch: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made once per call on the hot path, and never changed
 class Call:
     """One inference, checked and cut into requests of at most `max_batch_size`."""
 

@@ -78,10 +78,26 @@ async def arelease(raw: Any, pending: set[str]) -> None:
             pending.discard(name)
 
 
-@contextlib.contextmanager
-def registered(raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]) -> Iterator[Shared]:
+NOTHING = contextlib.nullcontext(Shared(None))  # no plan, nothing pending: the common path, kept short
+
+
+def registered(
+    raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]
+) -> contextlib.AbstractContextManager[Shared]:
     """The plan's regions created, filled and registered with a sync tritonclient client while the
     block runs (nothing to do without a plan)."""
+    return NOTHING if plan is None and not pending else _registered(raw, plan, arrays, pending)
+
+
+def aregistered(
+    raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]
+) -> contextlib.AbstractAsyncContextManager[Shared]:
+    """`registered` for tritonclient's asyncio clients."""
+    return NOTHING if plan is None and not pending else _aregistered(raw, plan, arrays, pending)
+
+
+@contextlib.contextmanager
+def _registered(raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]) -> Iterator[Shared]:
     if pending:
         release(raw, pending)
     if plan is None:
@@ -101,10 +117,9 @@ def registered(raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]) -
 
 
 @contextlib.asynccontextmanager
-async def aregistered(
+async def _aregistered(
     raw: Any, plan: Plan | None, arrays: Arrays, pending: set[str]
 ) -> AsyncIterator[Shared]:
-    """`registered` for tritonclient's asyncio clients."""
     if pending:
         await arelease(raw, pending)
     if plan is None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypedDict
 
 from .protocol import is_local, parse_url
@@ -23,8 +25,10 @@ class Options(TypedDict, total=False):
     verbose: bool
 
 
-def reject_unknown(options: Mapping[str, object], known: Collection[str], what: str) -> None:
+def reject_unknown(options: Mapping[str, object], known: AbstractSet[str], what: str) -> None:
     """TypeError naming the keyword arguments that are not `known` options."""
+    if not options or options.keys() <= known:
+        return
     unknown = sorted(set(options) - set(known))
     if unknown:
         names = ", ".join(sorted(known))
@@ -60,7 +64,7 @@ class Settings:
             raise ValueError(f"concurrency must be at least 1, got {given['concurrency']}")
         return cls(address, protocol, **given)
 
-    @property
+    @cached_property
     def shm_possible(self) -> bool:
         """Whether the server shares this host's /dev/shm (automatic shared memory only then)."""
         return is_local(self.address)

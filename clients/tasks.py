@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,6 +18,10 @@ from numpy.typing import NDArray
 from .client import Client
 from .errors import InvalidInput
 from .model import ModelInfo, TensorInfo
+from .settings import Options
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 def _only(tensors: dict[str, TensorInfo], what: str, info: ModelInfo) -> TensorInfo:
@@ -35,9 +39,9 @@ class Embedder:
     """`Embedder(url).embed(["a text", ...])` -> float32 array [N, dim] (unit vectors for MiniLM)."""
 
     def __init__(
-        self, url: str, model: str = "minilm_embed", protocol: str | None = None, **kwargs: Any
+        self, url: str, model: str = "minilm_embed", protocol: str | None = None, **options: Unpack[Options]
     ) -> None:
-        self.client, self.model = Client(url, protocol, **kwargs), model
+        self.client, self.model = Client(url, protocol, **options), model
 
     def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> NDArray[np.float32]:
         info = self.client.model(self.model)
@@ -100,9 +104,9 @@ class Classifier:
     best first, using Triton's classification extension (labels come from the model's label file)."""
 
     def __init__(
-        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **kwargs: Any
+        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **options: Unpack[Options]
     ) -> None:
-        self.client, self.model = Client(url, protocol, **kwargs), model
+        self.client, self.model = Client(url, protocol, **options), model
 
     def classify(
         self, images: Sequence[Image] | Image, top_k: int = 5, timeout: float | None = None
