@@ -41,6 +41,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/python tools/setup_trt_stubs.py
 	$(BIN)/mypy builder/engines
+	$(BIN)/mypy clients
 
 # A real perf_analyzer (from the tritonclient 2.48 wheel) where none is on PATH.
 tools: $(STAMP)

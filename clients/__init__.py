@@ -18,6 +18,7 @@ from .errors import (
 )
 from .model import ModelInfo, TensorInfo
 from .retry import NO_RETRY, RetryPolicy
+from .settings import Settings
 from .tasks import Classifier, Embedder, Prediction
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RequestRejected",
     "RetryPolicy",
     "ServerUnavailable",
+    "Settings",
     "SharedMemoryError",
     "TensorInfo",
     "TritonClientError",

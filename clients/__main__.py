@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
 from .client import Client
@@ -51,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_input(info: ModelInfo, item: str) -> tuple[str, np.ndarray]:
+def _read_input(info: ModelInfo, item: str) -> tuple[str, NDArray[Any]]:
     name, sep, value = item.partition("=")
     if not sep or name not in info.inputs:
         raise SystemExit(f"--input wants NAME=VALUE with NAME one of {', '.join(info.inputs)}; got {item!r}")
@@ -63,7 +64,7 @@ def _read_input(info: ModelInfo, item: str) -> tuple[str, np.ndarray]:
     return name, np.array(json.loads(value), dtype=triton_to_np_dtype(datatype))
 
 
-def _jsonable(array: np.ndarray) -> Any:
+def _jsonable(array: NDArray[Any]) -> Any:
     if array.dtype == object:
         return [_jsonable(a) if isinstance(a, np.ndarray) else a.decode() for a in array]
     return array.tolist()

@@ -66,7 +66,7 @@ _UNAVAILABLE = (
 )
 
 
-def _status(exc: Exception) -> str:
+def _status(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     return str(status() if callable(status) else status or "")
 

@@ -7,15 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from .errors import InvalidInput, InvalidResponse
 
-Arrays = dict[str, np.ndarray]
-_TRITON_DTYPES: dict[np.dtype, str] = {}
+Arrays = dict[str, NDArray[Any]]
+_TRITON_DTYPES: dict[np.dtype[Any], str] = {}
 
 
-def triton_dtype(dtype: np.dtype) -> str:
+def triton_dtype(dtype: np.dtype[Any]) -> str:
     """Triton's name of a numpy dtype ("BYTES" for object/bytes, "" if none), memoised."""
     name = _TRITON_DTYPES.get(dtype)
     if name is None:
@@ -87,7 +88,7 @@ class ModelInfo:
             raise InvalidInput(f"model '{self.name}' needs input(s) {', '.join(missing)}")
         return checked, self._batch_size(checked)
 
-    def _check_tensor(self, spec: TensorInfo, value: Any) -> np.ndarray:
+    def _check_tensor(self, spec: TensorInfo, value: Any) -> NDArray[Any]:
         array = value if type(value) is np.ndarray else np.asarray(value)
         got = triton_dtype(array.dtype)
         if got != spec.datatype:

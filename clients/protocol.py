@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -34,7 +34,9 @@ def module(protocol: str, aio: bool = False) -> ModuleType:
     return importlib.import_module(f"tritonclient.{protocol}" + (".aio" if aio else ""))
 
 
-def make_inputs(mod: ModuleType, types: dict[str, str], arrays: Arrays, skip: Collection[str]) -> list[Any]:
+def make_inputs(
+    mod: ModuleType, types: Mapping[str, str], arrays: Arrays, skip: Collection[str]
+) -> list[Any]:
     """InferInputs carrying the arrays, except those in `skip` (shared memory is attached later)."""
     inputs = []
     for name, array in arrays.items():
@@ -45,12 +47,8 @@ def make_inputs(mod: ModuleType, types: dict[str, str], arrays: Arrays, skip: Co
     return inputs
 
 
-def make_outputs(mod: ModuleType, names: list[str], class_count: int) -> list[Any]:
+def make_outputs(mod: ModuleType, names: Sequence[str], class_count: int) -> list[Any]:
     return [mod.InferRequestedOutput(name, class_count=class_count) for name in names]
-
-
-def as_arrays(result: Any, names: list[str], skip: set[str]) -> Arrays:
-    return {name: result.as_numpy(name) for name in names if name not in skip}
 
 
 def as_json(protocol: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""System shared memory for one request: an input region and an output region, registered with the
-server for the request only, then always unregistered and unlinked, also on errors.
+"""The shared-memory plan of one request: which tensors travel through system shared memory, in
+which region, at which offsets; and the names regions get in /dev/shm. No I/O here: `regions`
+creates, fills, registers and removes what a plan describes.
 
 Only fixed-size tensors travel through shared memory; strings, classification results and outputs
 with dynamic dimensions travel in the request/response as usual.
@@ -7,25 +8,23 @@ with dynamic dimensions travel in the request/response as usual.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import triton_to_np_dtype
 
-from .errors import SharedMemoryError
 from .model import Arrays, ModelInfo
 
 ALIGN = 64
 PREFIX = "tritonforge_"
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """`n` rounded up to the alignment of a slot's offset."""
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
@@ -35,12 +34,13 @@ class Slot:
     offset: int
     nbytes: int
     shape: tuple[int, ...] = ()
-    dtype: Any = None
+    dtype: np.dtype[Any] | None = None
 
 
 @dataclass
 class Region:
-    """A created (and maybe registered) region; `key` is its /dev/shm name."""
+    """A region of a plan; `key` is its /dev/shm name. `handle` and `registered` are filled in by
+    `regions` while the region exists."""
 
     name: str
     size: int
@@ -62,12 +62,16 @@ class Plan:
     def regions(self) -> list[Region]:
         return [r for r in (self.input_region, self.output_region) if r is not None]
 
+    def input_names(self) -> set[str]:
+        return {s.name for s in self.inputs}
 
-def _layout(slots: list[Slot]) -> int:
+
+def layout(slots: list[Slot]) -> int:
+    """Give each slot its aligned offset; the region size they need."""
     offset = 0
     for slot in slots:
         slot.offset = offset
-        offset += _aligned(slot.nbytes)
+        offset += aligned(slot.nbytes)
     return offset
 
 
@@ -75,7 +79,7 @@ def _new_region(size: int) -> Region:
     return Region(f"{own_prefix()}{uuid.uuid4().hex[:16]}", size)
 
 
-def plan(info: ModelInfo, arrays: Arrays, outputs: list[str], batch: int, class_count: int) -> Plan:
+def plan(info: ModelInfo, arrays: Arrays, outputs: Sequence[str], batch: int, class_count: int) -> Plan:
     """Which tensors go through shared memory, at which offsets."""
     result = Plan()
     result.inputs = [Slot(n, 0, a.nbytes) for n, a in arrays.items() if a.dtype != object and a.nbytes]
@@ -85,33 +89,13 @@ def plan(info: ModelInfo, arrays: Arrays, outputs: list[str], batch: int, class_
             dtype = np.dtype(triton_to_np_dtype(datatype))
             result.outputs.append(Slot(name, 0, int(np.prod(shape)) * dtype.itemsize, shape, dtype))
     if result.inputs:
-        result.input_region = _new_region(_layout(result.inputs))
+        result.input_region = _new_region(layout(result.inputs))
     if result.outputs:
-        result.output_region = _new_region(_layout(result.outputs))
+        result.output_region = _new_region(layout(result.outputs))
     return result
 
 
-def _create(plan: Plan, arrays: Arrays) -> None:
-    for region in plan.regions():
-        try:
-            region.handle = sysshm.create_shared_memory_region(
-                region.name, region.key, region.size, create_only=True
-            )
-        except sysshm.SharedMemoryException as exc:
-            raise SharedMemoryError(f"cannot create shared memory {region.key}: {exc}") from exc
-    if plan.input_region is not None:
-        for slot in plan.inputs:
-            sysshm.set_shared_memory_region(plan.input_region.handle, [arrays[slot.name]], offset=slot.offset)
-
-
-def _destroy(region: Region) -> None:
-    if region.handle is not None:
-        with contextlib.suppress(Exception):
-            sysshm.destroy_shared_memory_region(region.handle)
-        region.handle = None
-
-
-def attach(plan: Plan, inputs: list[Any], outputs: list[Any]) -> None:
+def attach(plan: Plan, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
     """Point the tritonclient InferInput / InferRequestedOutput objects at their slots."""
     by_name = {t.name(): t for t in [*inputs, *outputs]}
     if plan.input_region is not None:
@@ -120,50 +104,6 @@ def attach(plan: Plan, inputs: list[Any], outputs: list[Any]) -> None:
     if plan.output_region is not None:
         for slot in plan.outputs:
             by_name[slot.name].set_shared_memory(plan.output_region.name, slot.nbytes, slot.offset)
-
-
-def read_outputs(plan: Plan) -> Arrays:
-    """Copies of the outputs written to the output region (copies: the region is unlinked next)."""
-    if plan.output_region is None:
-        return {}
-    handle = plan.output_region.handle
-    return {
-        s.name: sysshm.get_contents_as_numpy(handle, s.dtype, s.shape, s.offset).copy() for s in plan.outputs
-    }
-
-
-@contextlib.contextmanager
-def registered(raw: Any, plan: Plan, arrays: Arrays) -> Iterator[Plan]:
-    """Create, fill and register the plan's regions with a sync tritonclient client; undo on exit."""
-    try:
-        _create(plan, arrays)
-        for region in plan.regions():
-            raw.register_system_shared_memory(region.name, region.key, region.size)
-            region.registered = True
-        yield plan
-    finally:
-        for region in plan.regions():
-            if region.registered:
-                with contextlib.suppress(Exception):
-                    raw.unregister_system_shared_memory(region.name)
-            _destroy(region)
-
-
-@contextlib.asynccontextmanager
-async def aregistered(raw: Any, plan: Plan, arrays: Arrays) -> AsyncIterator[Plan]:
-    """The asyncio twin of `registered`, for tritonclient's aio clients."""
-    try:
-        _create(plan, arrays)
-        for region in plan.regions():
-            await raw.register_system_shared_memory(region.name, region.key, region.size)
-            region.registered = True
-        yield plan
-    finally:
-        for region in plan.regions():
-            if region.registered:
-                with contextlib.suppress(Exception):
-                    await raw.unregister_system_shared_memory(region.name)
-            _destroy(region)
 
 
 def own_prefix(pid: int | None = None) -> str:
@@ -175,13 +115,3 @@ def leftover_keys(pid: int | None = None) -> list[str]:
     """Regions a process (this one by default) left in /dev/shm: for checks and clean-up tools."""
     root, prefix = "/dev/shm", own_prefix(pid)
     return sorted(n for n in os.listdir(root) if n.startswith(prefix)) if os.path.isdir(root) else []
-
-
-def wanted(
-    flag: bool | None, default: bool | None, possible: bool, arrays: Mapping[str, Any], threshold: int
-) -> bool:
-    """Shared memory for this request: the call's flag, else the client's, else automatically
-    when the server is on this host and the inputs reach ``threshold`` bytes."""
-    if flag is not None or default is not None:
-        return bool(default if flag is None else flag)
-    return possible and sum(array.nbytes for array in arrays.values()) >= threshold

@@ -10,13 +10,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .client import Client
 from .errors import InvalidInput
 from .model import ModelInfo, TensorInfo
+from .settings import Options
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 def _only(tensors: dict[str, TensorInfo], what: str, info: ModelInfo) -> TensorInfo:
@@ -25,7 +30,7 @@ def _only(tensors: dict[str, TensorInfo], what: str, info: ModelInfo) -> TensorI
     return next(iter(tensors.values()))
 
 
-def _strings(items: list[bytes], spec: TensorInfo) -> np.ndarray:
+def _strings(items: list[bytes], spec: TensorInfo) -> NDArray[Any]:
     """A BYTES batch shaped [N, 1, ...] (or [N]) as the input's metadata says."""
     return np.array(items, dtype=object).reshape(len(items), *(1 for _ in spec.shape[1:]))
 
@@ -34,11 +39,11 @@ class Embedder:
     """`Embedder(url).embed(["a text", ...])` -> float32 array [N, dim] (unit vectors for MiniLM)."""
 
     def __init__(
-        self, url: str, model: str = "minilm_embed", protocol: str | None = None, **kwargs: Any
+        self, url: str, model: str = "minilm_embed", protocol: str | None = None, **options: Unpack[Options]
     ) -> None:
-        self.client, self.model = Client(url, protocol, **kwargs), model
+        self.client, self.model = Client(url, protocol, **options), model
 
-    def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> np.ndarray:
+    def embed(self, texts: Sequence[str] | str, timeout: float | None = None) -> NDArray[np.float32]:
         info = self.client.model(self.model)
         spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
         items = [texts] if isinstance(texts, str) else list(texts)
@@ -65,7 +70,7 @@ class Prediction:
     index: int
 
 
-Image = bytes | str | PathLike | np.ndarray | Any  # Any: a PIL.Image.Image
+Image: TypeAlias = "bytes | str | PathLike[str] | NDArray[Any] | Any"  # Any: a PIL.Image.Image
 
 
 def image_bytes(image: Image) -> bytes:
@@ -74,7 +79,12 @@ def image_bytes(image: Image) -> bytes:
         return image
     if isinstance(image, (str, PathLike)):
         return Path(image).read_bytes()
-    from PIL import Image as PILImage  # optional: only to encode arrays and PIL images
+    try:
+        from PIL import Image as PILImage  # optional: only to encode arrays and PIL images
+    except ImportError as exc:
+        raise ImportError(
+            "encoding image arrays needs Pillow: pip install 'tritonforge-client[images]', or pass bytes"
+        ) from exc
 
     picture = PILImage.fromarray(image) if isinstance(image, np.ndarray) else image
     buffer = io.BytesIO()
@@ -94,9 +104,9 @@ class Classifier:
     best first, using Triton's classification extension (labels come from the model's label file)."""
 
     def __init__(
-        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **kwargs: Any
+        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **options: Unpack[Options]
     ) -> None:
-        self.client, self.model = Client(url, protocol, **kwargs), model
+        self.client, self.model = Client(url, protocol, **options), model
 
     def classify(
         self, images: Sequence[Image] | Image, top_k: int = 5, timeout: float | None = None
@@ -104,7 +114,7 @@ class Classifier:
         info = self.client.model(self.model)
         spec, out = _only(info.inputs, "input", info), _only(info.outputs, "output", info)
         single = isinstance(images, (bytes, str, PathLike, np.ndarray)) or not isinstance(images, Sequence)
-        items = [images] if single else list(images)
+        items: list[Any] = [images] if single else list(cast(Sequence[Any], images))
         if not items:
             return []
         data = _strings([image_bytes(i) for i in items], spec)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from clients.perf.errors import PerfError
 from clients.perf.runner import host_port
@@ -129,7 +130,7 @@ def bytes_entries(name: str, blobs: Iterable[bytes]) -> list[dict[str, Any]]:
     return [{name: {"content": {"b64": _b64(struct.pack("<I", len(b)) + b)}, "shape": [1]}} for b in blobs]
 
 
-def array_entries(arrays: Mapping[str, np.ndarray], limit: int | None = None) -> list[dict[str, Any]]:
+def array_entries(arrays: Mapping[str, NDArray[Any]], limit: int | None = None) -> list[dict[str, Any]]:
     """Numeric samples (first axis = samples) as little-endian b64 with their shapes."""
     count = min(len(a) for a in arrays.values())
     count = min(count, limit) if limit else count
@@ -157,7 +158,7 @@ def write_input_data(
     return path
 
 
-def _little_endian(a: np.ndarray) -> np.ndarray:
+def _little_endian(a: NDArray[Any]) -> NDArray[Any]:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
 
 

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clients.perf.errors import PerfError
+
 # perf_analyzer's CSV columns (microseconds) -> our names (milliseconds).
 LATENCY_COLUMNS = {"p50 latency": "p50_ms", "p90 latency": "p90_ms", "p95 latency": "p95_ms",
                    "p99 latency": "p99_ms"}  # fmt: skip
@@ -38,7 +40,7 @@ class PerfPoint:
 
     @classmethod
     def from_csv_row(cls, load: str, value: float, row: dict[str, float]) -> PerfPoint:
-        ms = {
+        ms: dict[str, Any] = {
             ours: row.get(col, math.nan) / 1000.0 for col, ours in {**LATENCY_COLUMNS, **CLIENT_SPLIT}.items()
         }
         return cls(load=load, value=value, throughput=row.get("Inferences/Second", math.nan), **ms)
@@ -61,7 +63,7 @@ class PerfReport:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> PerfReport:
-        points = [PerfPoint(**{k: math.nan if v is None else v for k, v in p.items()}) for p in raw["points"]]
+        points = [PerfPoint(**_nan_for_null(p)) for p in raw["points"]]
         return cls(**{**raw, "points": points})
 
     @classmethod
@@ -161,7 +163,10 @@ def write_markdown(report: PerfReport, path: Path) -> None:
 
 def plot(report: PerfReport, path: Path) -> None:
     """Throughput against p99 latency, one labelled point per load level."""
-    import matplotlib
+    try:
+        import matplotlib  # deferred: the clients alone do not need it
+    except ImportError as exc:
+        raise PerfError("plots need matplotlib: pip install 'tritonforge-client[perf]'") from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -180,6 +185,10 @@ def plot(report: PerfReport, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _nan_for_null(point: dict[str, Any]) -> dict[str, Any]:
+    return {k: math.nan if v is None else v for k, v in point.items()}
 
 
 def _cell(fmt: str, value: float) -> str:

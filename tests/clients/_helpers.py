@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from clients.model import ModelInfo
 from clients.shm import leftover_keys, own_prefix
 
 
@@ -45,3 +46,36 @@ def assert_no_regions(triton: Any) -> None:
     assert leftover_keys() == []
     status = grpcclient.InferenceServerClient(triton.grpc_url).get_system_shared_memory_status(as_json=True)
     assert [r for r in status.get("regions", {}) if r.startswith(own_prefix())] == []
+
+
+def tensor(name: str, datatype: str, shape: list[int]) -> dict[str, Any]:
+    return {"name": name, "datatype": datatype, "shape": shape}
+
+
+def simple_info(max_batch_size: int = 8) -> ModelInfo:
+    """`simple`'s signature as the HTTP client returns it (no server needed)."""
+    dims = [-1, 16] if max_batch_size > 0 else [16]
+    metadata = {
+        "name": "simple",
+        "versions": ["1"],
+        "inputs": [tensor("INPUT0", "INT32", dims), tensor("INPUT1", "INT32", dims)],
+        "outputs": [tensor("OUTPUT0", "INT32", dims), tensor("OUTPUT1", "INT32", dims)],
+    }
+    return ModelInfo.from_triton(metadata, {"name": "simple", "max_batch_size": max_batch_size})
+
+
+def text_info() -> ModelInfo:
+    """A text model: an optional BYTES input and an output with a dynamic dimension."""
+    metadata = {
+        "name": "text",
+        "versions": ["1"],
+        "inputs": [tensor("TEXT", "BYTES", [-1, 1]), tensor("SCALE", "FP32", [-1, 1])],
+        "outputs": [tensor("TOKENS", "INT64", [-1, -1]), tensor("LABEL", "FP32", [-1, 4])],
+    }
+    config = {
+        "name": "text",
+        "max_batch_size": 4,
+        "input": [{"name": "SCALE", "optional": True}],
+        "output": [{"name": "LABEL", "label_filename": "labels.txt"}],
+    }
+    return ModelInfo.from_triton(metadata, config)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any
 
 import numpy as np
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from clients import NO_RETRY, AsyncClient, InferenceTimeout, InvalidInput
 from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
@@ -53,24 +56,75 @@ def test_rejected_before_sending(url: str, protocol: str, triton: Any) -> None:
 
 
 def test_infer_many_bounded_and_ordered(url: str, protocol: str) -> None:
-    async def go() -> None:
+    requests = [simple_inputs(b) for b in range(1, 21)]  # batches above 8 are split: 36 requests
+    flight = {"now": 0, "peak": 0, "sent": 0}
+
+    async def go() -> list[dict[str, np.ndarray]]:
         async with AsyncClient(url, protocol, concurrency=3) as c:
-            requests = [simple_inputs(b) for b in range(1, 21)]
-            results = await c.infer_many("simple", requests, outputs=["OUTPUT0"])
-            for inputs, out in zip(requests, results, strict=True):
-                assert list(out) == ["OUTPUT0"]
-                np.testing.assert_array_equal(out["OUTPUT0"], expected(inputs)["OUTPUT0"])
+            infer = c.triton.infer
 
-    run(go())
+            async def counted(*args: Any, **kwargs: Any) -> Any:  # the transport call, counted
+                flight["now"] += 1
+                flight["sent"] += 1
+                flight["peak"] = max(flight["peak"], flight["now"])
+                try:
+                    return await infer(*args, **kwargs)
+                finally:
+                    flight["now"] -= 1
+
+            c.triton.infer = counted
+            return await c.infer_many("simple", requests, outputs=["OUTPUT0"])
+
+    results = run(go())
+    for inputs, out in zip(requests, results, strict=True):
+        assert list(out) == ["OUTPUT0"]
+        np.testing.assert_array_equal(out["OUTPUT0"], expected(inputs)["OUTPUT0"])
+    assert flight["sent"] == sum(math.ceil(len(r["INPUT0"]) / 8) for r in requests) == 36
+    assert 1 < flight["peak"] <= 3, flight
 
 
-def test_metadata_config_and_timeout(url: str, protocol: str) -> None:
+def test_metadata_and_config(url: str, protocol: str) -> None:
     async def go() -> None:
         async with AsyncClient(url, protocol, retry_policy=NO_RETRY) as c:
             assert await c.is_ready("simple")
+            assert not await c.is_ready("nope")
             assert (await c.metadata("simple"))["name"] == "simple"
             assert int((await c.config("simple"))["max_batch_size"]) == 8
-            with pytest.raises(InferenceTimeout):
-                await c.infer("simple", simple_inputs(8), timeout=1e-4)
 
     run(go())
+
+
+def test_timeout_fires_after_the_request_is_sent(url: str, protocol: str) -> None:
+    """A model that cannot answer within the deadline: the request goes out and the client's wait
+    for it (not the budget check before sending) raises InferenceTimeout."""
+    images = {"input": np.zeros((32, 3, 224, 224), np.float32)}  # a full batch takes well over 50 ms
+    sent: list[float] = []
+
+    async def go() -> tuple[InferenceTimeout, float]:
+        async with AsyncClient(url, protocol, retry_policy=NO_RETRY) as c:
+            await c.model("resnet18")
+            infer = c.triton.infer
+
+            def spy(*args: Any, **kwargs: Any) -> Any:
+                sent.append(time.monotonic())
+                return infer(*args, **kwargs)
+
+            c.triton.infer = spy
+            with pytest.raises(InferenceTimeout) as info:
+                # shm=False: the server may still read a region after the client gave up on it
+                await c.infer("resnet18", images, timeout=0.05, shm=False)
+            raised = time.monotonic()
+            # the client stays usable after a timeout
+            out = await c.infer("simple", simple_inputs(1))
+            np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(1))["OUTPUT0"])
+            return info.value, raised
+
+    error, raised = run(go())
+    assert len(sent) == 2, "the timed-out request was not sent"
+    assert "budget exhausted" not in str(error)
+    assert raised - sent[0] < 1.0  # the deadline fired; the answer was not awaited
+    cause = error.__cause__
+    if protocol == "http":
+        assert isinstance(cause, asyncio.TimeoutError), repr(cause)  # asyncio.wait_for's deadline
+    else:  # gRPC's own deadline and wait_for's are the same: either may fire first
+        assert isinstance(cause, (asyncio.TimeoutError, InferenceServerException)), repr(cause)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ def test_shared_memory_on_and_off_identical(client: Client, triton: Any, batch: 
 
 def test_shared_memory_automatic_above_threshold(url: str, protocol: str, triton: Any) -> None:
     with Client(url, protocol, shm_threshold=1) as c:
-        assert c._use_shm(None, simple_inputs(1))
+        assert c.settings.use_shm(None, simple_inputs(1))
         out = c.infer("simple", simple_inputs(2))
     np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(2))["OUTPUT0"])
     assert_no_regions(triton)
@@ -122,4 +123,20 @@ def test_infer_many_in_order(client: Client, triton: Any) -> None:
     results = client.infer_many("simple", requests)
     for inputs, out in zip(requests, results, strict=True):
         np.testing.assert_array_equal(out["OUTPUT1"], expected(inputs)["OUTPUT1"])
+    assert_no_regions(triton)
+
+
+def test_regions_of_a_timed_out_request_are_released_later(url: str, protocol: str, triton: Any) -> None:
+    """The server refuses to unregister regions a request still uses: the client unregisters them at
+    a later request, once the server has let go of them."""
+    with Client(url, protocol, retry_policy=NO_RETRY) as c:
+        c.model("resnet18")
+        with pytest.raises(InferenceTimeout):
+            c.infer("resnet18", {"input": np.zeros((32, 3, 224, 224), np.float32)}, timeout=0.05, shm=True)
+        assert len(c._pending) == 2  # the input and output regions, still in use by the server
+        end = time.monotonic() + 60
+        while c._pending and time.monotonic() < end:
+            time.sleep(0.2)
+            c.infer("simple", simple_inputs(1))
+        assert not c._pending
     assert_no_regions(triton)

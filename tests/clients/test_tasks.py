@@ -37,8 +37,7 @@ def images(tmp_path: Path) -> list[Path]:
 
 
 def test_embedder(triton: Any, protocol: str, url: str) -> None:
-    if not served(triton, "minilm_embed"):
-        pytest.skip("minilm_embed is not in this repository")
+    assert served(triton, "minilm_embed"), "minilm_embed is in the default zoo: it must be served"
     texts = ["A cat sits on the mat.", "Triton serves models.", "Ünïcödé text ✓", ""]
     with Embedder(url, protocol=protocol) as embedder:
         vectors = embedder.embed(texts)
@@ -93,6 +92,5 @@ def test_command_line(triton: Any, url: str, protocol: str, images: list[Path], 
     assert shown.returncode == 0 and shown.stdout.startswith(str(images[0]) + ": "), shown.stderr
     missing = cli("-u", url, "metadata", "no_such_model")
     assert missing.returncode == 1 and "ModelNotFound" in missing.stderr
-    if served(triton, "minilm_embed"):
-        vectors = json.loads(cli("-u", url, "embed", "hello", "world").stdout)
-        assert len(vectors) == 2 and len(vectors[0]) == 384
+    vectors = json.loads(cli("-u", url, "embed", "hello", "world").stdout)
+    assert len(vectors) == 2 and len(vectors[0]) == 384
