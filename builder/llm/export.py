@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import SpecError
+from builder.factories import import_factory
 from builder.llm.quiet import output_to
-from builder.llm.spec import LLMDType
+from builder.llm.spec import LLMDType, LLMSpec, SourceKind
 
 GGUF_MAGIC = b"GGUF"
 # What a checkpoint folder must hold besides weights.
@@ -30,6 +31,31 @@ class Exported:
     dtype: LLMDType
     parameters: int
     weights_bytes: int  # size of the safetensors files
+
+
+def resolve_source(spec: LLMSpec, *, spec_file: Path) -> Path:
+    """The source as a path: relative to the spec's folder, or what its factory returns."""
+    spec_dir = spec_file.parent
+    if spec.source_kind is not SourceKind.FACTORY:
+        return (spec_dir / spec.source).resolve()
+    factory = import_factory(spec.source, spec_dir, spec_file=spec_file, model=spec.name, field="source")
+    try:
+        made = factory()
+    except Exception as exc:  # the factory is the user's code: report whatever it raised
+        raise SpecError(
+            f"{spec.source}() failed: {type(exc).__name__}: {exc}",
+            file=spec_file,
+            model=spec.name,
+            field="source",
+        ) from None
+    if not isinstance(made, (str, os.PathLike)):
+        raise SpecError(
+            f"{spec.source}() returned {type(made).__name__}, not the path of a .gguf file or a folder",
+            file=spec_file,
+            model=spec.name,
+            field="source",
+        )
+    return Path(made).resolve()
 
 
 def check_gguf(path: Path, *, file: Path | str, model: str) -> None:

@@ -100,3 +100,31 @@ def test_check_refuses_what_the_checkpoint_cannot_hold(smollm2_checkpoint: Path)
     with pytest.raises(SpecError) as info:
         check_checkpoint(smollm2_checkpoint, spec(max_model_len=16384), file="models.yaml")
     assert info.value.field == "max_model_len" and "context of 8192 tokens" in info.value.one_line()
+
+
+def test_resolve_source(tmp_path: Path) -> None:
+    from builder.llm.export import resolve_source
+
+    (tmp_path / "mysrc.py").write_text(
+        "def ok():\n    return 'weights/chat.gguf'\n\n"
+        "def bad():\n    return 3\n\n"
+        "def boom():\n    raise OSError('gone')\n"
+    )
+    spec_file = tmp_path / "models.yaml"
+    assert resolve_source(spec(source="models/c.gguf"), spec_file=spec_file) == tmp_path / "models" / "c.gguf"
+    assert resolve_source(spec(source="mysrc:ok"), spec_file=spec_file) == Path("weights/chat.gguf").resolve()
+    with pytest.raises(SpecError, match=r"mysrc:bad\(\) returned int"):
+        resolve_source(spec(source="mysrc:bad"), spec_file=spec_file)
+    with pytest.raises(SpecError, match=r"mysrc:boom\(\) failed: OSError: gone"):
+        resolve_source(spec(source="mysrc:boom"), spec_file=spec_file)
+    with pytest.raises(SpecError, match="cannot import module 'nomod'"):
+        resolve_source(spec(source="nomod:fn"), spec_file=spec_file)
+
+
+@NEEDS_GGUF
+def test_zoo_factory_gives_the_packaged_gguf() -> None:
+    from zoo.smollm2 import gguf
+
+    path = gguf()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90_000_000
+    check_gguf(path, file="models.yaml", model="smollm2")
