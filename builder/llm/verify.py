@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.errors import BuildError
+from builder.errors import BuildError, VerificationError
 from builder.llm.prompts import Conversation
 from builder.llm.quiet import output_to
 from builder.llm.spec import LLMDType, LLMSpec, LLMTolerance
@@ -108,6 +108,12 @@ def verify_llm(
             )
         )
     return _report(spec.dtype, ev.tokens, tuple(checks), tolerance, result, source_seconds)
+
+
+def require_passed(report: LLMVerification, *, file: Path | str, model: str) -> None:
+    """Nothing out of tolerance is published: raise VerificationError naming the failures."""
+    if not report.passed:
+        raise VerificationError("; ".join(report.failures), file=file, model=model, field="evaluation")
 
 
 def render_prompts(checkpoint: Path, conversations: tuple[Conversation, ...]) -> list[list[int]]:

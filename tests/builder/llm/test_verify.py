@@ -44,6 +44,22 @@ def test_report_out_of_tolerance_names_both_measures() -> None:
     )
 
 
+def test_out_of_tolerance_is_not_published() -> None:
+    from builder.errors import VerificationError
+    from builder.llm.verify import require_passed
+
+    tol = LLMTolerance(min_agreement=1.0, max_logprob_gap=1.0)
+    good = _report(LLMDType.BFLOAT16, 4, (check(True, 0.1),), tol, RESULT, 1.0)
+    require_passed(good, file="models.yaml", model="chat")
+    bad = _report(LLMDType.BFLOAT16, 4, (check(False, 0.1),), tol, RESULT, 1.0)
+    with pytest.raises(VerificationError) as info:
+        require_passed(bad, file="models.yaml", model="chat")
+    assert info.value.one_line() == (
+        "models.yaml: model 'chat': evaluation: bfloat16: first 4 tokens agree on 0% of prompts, "
+        "below min_agreement 100%"
+    )
+
+
 def test_shipped_prompts_load() -> None:
     evaluation = load_conversations(PROMPTS / "eval.json", model="smollm2")
     perf = load_conversations(PROMPTS / "perf.json", model="smollm2")
