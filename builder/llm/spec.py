@@ -1,0 +1,187 @@
+"""The ``llms:`` section of ``models.yaml``: generative models served by vLLM.
+
+Validated like the rest of the spec (every error names file, model and field), but kept
+apart from ``builder.spec`` so that the LLM stages need nothing of the ONNX side. The checks
+that need the checkpoint's own sizes (``max_model_len`` against the model's context, KV
+space against one full-length sequence) are in the check stage.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from builder.errors import SpecError
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
+FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LLMDType(str, Enum):
+    """Weight and activation dtype, as vLLM and transformers spell it."""
+
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+    @property
+    def bytes(self) -> int:
+        return 4 if self is LLMDType.FLOAT32 else 2
+
+
+class Engine(str, Enum):
+    VLLM = "vllm"
+
+
+class SchedulingPolicy(str, Enum):
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+class SourceKind(str, Enum):
+    GGUF = "gguf"
+    CHECKPOINT = "checkpoint"  # a folder with config.json, weights and tokenizer
+    FACTORY = "factory"  # pkg.mod:fn returning a .gguf file or a checkpoint folder
+
+
+class Admission(Strict):
+    """Requests allowed to wait beyond the ``max_num_seqs`` running: a request that finds the
+    running set and this line full is refused at once, never queued without bound."""
+
+    max_waiting: Annotated[int, Field(ge=0)] = 16
+
+
+class LongLane(Strict):
+    """A second engine instance for long jobs, so short requests' time to first token stays
+    bounded while long ones run. A request goes there when its ``max_tokens`` or its prompt
+    length reaches a threshold."""
+
+    min_max_tokens: Annotated[int, Field(ge=1)] | None = None
+    min_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1)] = 4
+    kv_cache_space_gib: Annotated[float, Field(gt=0.0)] | None = None  # None: the main lane's
+
+    @model_validator(mode="after")
+    def _has_threshold(self) -> LongLane:
+        if self.min_max_tokens is None and self.min_prompt_tokens is None:
+            raise ValueError("a long-job lane needs min_max_tokens or min_prompt_tokens")
+        return self
+
+
+class Sampling(Strict):
+    """Defaults for requests that do not set them."""
+
+    temperature: Annotated[float, Field(ge=0.0)] = 0.7
+    top_p: Fraction = 0.95
+    max_tokens: Annotated[int, Field(ge=1)] = 128
+
+
+class LLMTolerance(Strict):
+    """How close the engine's greedy output must stay to the source model's."""
+
+    min_agreement: Annotated[float, Field(ge=0.0, le=1.0)]  # share of prompts whose first N tokens agree
+    max_logprob_gap: Annotated[float, Field(ge=0.0)]  # mean |log p engine - log p source| per token
+
+
+class Evaluation(Strict):
+    """The held-out prompts (a JSON list of chat conversations under ``calibration/``)."""
+
+    prompts: Annotated[str, Field(min_length=1)]
+    count: Annotated[int, Field(ge=1)] = 4  # prompts used by the verify stage, from the start
+    tokens: Annotated[int, Field(ge=1)] = 16  # N: greedy tokens compared per prompt
+    tolerances: dict[LLMDType, LLMTolerance]
+
+    @model_validator(mode="after")
+    def _under_calibration(self) -> Evaluation:
+        parts = Path(self.prompts).parts
+        if not parts or parts[0] != "calibration" or ".." in parts:
+            raise ValueError(f"'{self.prompts}' must be a file under calibration/")
+        return self
+
+
+class GpuTarget(Strict):
+    """What the GPU-host entries (Triton's own vLLM backend) get."""
+
+    dtype: LLMDType = LLMDType.BFLOAT16
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    gpu_memory_utilization: Fraction = 0.9
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None  # None: the spec's
+
+
+class LLMSpec(Strict):
+    """One generative model: a source, the vLLM engine's settings, verification, GPU entries."""
+
+    name: Name
+    source: Annotated[str, Field(min_length=1)]
+    engine: Engine = Engine.VLLM
+    dtype: LLMDType = LLMDType.BFLOAT16
+    max_model_len: Annotated[int, Field(ge=16)] = 2048
+    max_num_seqs: Annotated[int, Field(ge=1)] = 16
+    kv_cache_space_gib: Annotated[float, Field(gt=0.0)] = 1.0  # CPU engines
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
+    admission: Admission = Admission()
+    lanes: LongLane | None = None
+    sampling: Sampling = Sampling()
+    evaluation: Evaluation
+    gpu: GpuTarget = GpuTarget()
+
+    @property
+    def source_kind(self) -> SourceKind:
+        if FACTORY_PATTERN.match(self.source):
+            return SourceKind.FACTORY
+        return SourceKind.GGUF if self.source.endswith(".gguf") else SourceKind.CHECKPOINT
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LLMSpec:
+        if self.sampling.max_tokens >= self.max_model_len:
+            raise ValueError(
+                f"sampling.max_tokens {self.sampling.max_tokens} leaves no room for a prompt "
+                f"within max_model_len {self.max_model_len}"
+            )
+        for dtype in {self.dtype, self.gpu.dtype}:
+            if dtype not in self.evaluation.tolerances:
+                raise ValueError(f"evaluation.tolerances has no entry for dtype {dtype.value}")
+        lane = self.lanes
+        if lane is not None:
+            for field in ("min_max_tokens", "min_prompt_tokens"):
+                value = getattr(lane, field)
+                if value is not None and value >= self.max_model_len:
+                    raise ValueError(
+                        f"lanes.{field} {value} is not below max_model_len {self.max_model_len}: "
+                        "no request would reach the long lane"
+                    )
+        return self
+
+
+def parse_llm(raw: Any, *, file: str | Path, index: int = 0) -> LLMSpec:
+    """Validate one ``llms:`` entry; raise SpecError naming file, model and dotted field."""
+    try:
+        return LLMSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = raw.get("name") if isinstance(raw, dict) else None
+        model = name if isinstance(name, str) else f"llms[{index}]"
+        field = ".".join(str(p) for p in err["loc"]) or None
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            value = err.get("input")
+            if err["type"] != "value_error" and isinstance(value, (str, int, float)):
+                message = f"{message} (got {value!r})"
+        raise SpecError(message, file=file, model=model, field=field) from None

@@ -1,0 +1,122 @@
+"""Verify stage: the report's pass/fail against the tolerance, the shipped prompts, and (slow)
+vLLM against transformers on the packaged SmolLM2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.errors import DataError
+from builder.llm.prompts import load_conversations
+from builder.llm.spec import LLMDType, LLMTolerance, parse_llm
+from builder.llm.verify import PromptCheck, _report
+from builder.llm.vllm_greedy import GreedyResult
+from tests.builder.llm.needs import NEEDS_GGUF, NEEDS_VLLM
+
+ROOT = Path(__file__).parents[3]
+PROMPTS = ROOT / "calibration" / "smollm2"
+
+
+def check(agrees: bool, gap: float) -> PromptCheck:
+    return PromptCheck(0, agrees, 16 if agrees else 3, gap, "a", "b")
+
+
+RESULT = GreedyResult(tokens=[], logprobs=[], start_seconds=1.0, generate_seconds=2.0)
+
+
+def test_report_within_tolerance() -> None:
+    tol = LLMTolerance(min_agreement=0.5, max_logprob_gap=0.2)
+    report = _report(LLMDType.BFLOAT16, 16, (check(True, 0.1), check(False, 0.2)), tol, RESULT, 3.0)
+    assert report.passed and report.failures == ()
+    assert report.agreement == 0.5 and report.mean_logprob_gap == pytest.approx(0.15)
+    assert json.loads(json.dumps(report.to_json()))["dtype"] == "bfloat16"
+
+
+def test_report_out_of_tolerance_names_both_measures() -> None:
+    tol = LLMTolerance(min_agreement=0.75, max_logprob_gap=0.1)
+    report = _report(LLMDType.FLOAT16, 8, (check(True, 0.3), check(False, 0.3)), tol, RESULT, 3.0)
+    assert not report.passed
+    assert report.failures == (
+        "float16: first 8 tokens agree on 50% of prompts, below min_agreement 75%",
+        "float16: mean log-prob gap 0.3000 above max_logprob_gap 0.1",
+    )
+
+
+def test_out_of_tolerance_is_not_published() -> None:
+    from builder.errors import VerificationError
+    from builder.llm.verify import require_passed
+
+    tol = LLMTolerance(min_agreement=1.0, max_logprob_gap=1.0)
+    good = _report(LLMDType.BFLOAT16, 4, (check(True, 0.1),), tol, RESULT, 1.0)
+    require_passed(good, file="models.yaml", model="chat")
+    bad = _report(LLMDType.BFLOAT16, 4, (check(False, 0.1),), tol, RESULT, 1.0)
+    with pytest.raises(VerificationError) as info:
+        require_passed(bad, file="models.yaml", model="chat")
+    assert info.value.one_line() == (
+        "models.yaml: model 'chat': evaluation: bfloat16: first 4 tokens agree on 0% of prompts, "
+        "below min_agreement 100%"
+    )
+
+
+def test_shipped_prompts_load() -> None:
+    evaluation = load_conversations(PROMPTS / "eval.json", model="smollm2")
+    perf = load_conversations(PROMPTS / "perf.json", model="smollm2")
+    assert len(evaluation) >= 4 and 16 <= len(evaluation) + len(perf) <= 32
+    assert all(c.messages[-1].role == "user" for c in evaluation + perf)
+    texts = [c.as_chat()[-1]["content"] for c in evaluation + perf]
+    assert len(set(texts)) == len(texts)  # no prompt twice, none shared by the two sets
+    assert any(len(c.messages) > 1 for c in evaluation)  # system prompts and multi-turn too
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("[]", None, "non-empty JSON list"),
+        ("{not json", None, "not a JSON file"),
+        ('[{"messages": []}]', "[0].messages", "non-empty list"),
+        ('[{"messages": [{"role": "robot", "content": "hi"}]}]', "[0].messages[0]", "needs a role"),
+        (
+            '[{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]',
+            "[0].messages",
+            "last message must be the user's",
+        ),
+    ],
+)
+def test_bad_prompt_files(tmp_path: Path, text: str, field: str | None, words: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(DataError) as info:
+        load_conversations(path, model="chat")
+    assert info.value.field == field and words in info.value.one_line()
+
+
+@pytest.mark.slow
+@NEEDS_VLLM
+@NEEDS_GGUF
+def test_vllm_agrees_with_transformers_on_smollm2(smollm2_checkpoint: Path, tmp_path: Path) -> None:
+    from builder.llm.verify import verify_llm
+    from zoo.smollm2 import gguf
+
+    spec = parse_llm(
+        {
+            "name": "smollm2",
+            "source": "zoo.smollm2:gguf",
+            "max_model_len": 1024,
+            "max_num_seqs": 2,
+            "kv_cache_space_gib": 1,
+            "evaluation": {
+                "prompts": "calibration/smollm2/eval.json",
+                "count": 2,
+                "tokens": 8,
+                "tolerances": {"bfloat16": {"min_agreement": 0.5, "max_logprob_gap": 0.5}},
+            },
+        },
+        file="models.yaml",
+    )
+    conversations = load_conversations(PROMPTS / "eval.json", model="smollm2")
+    report = verify_llm(spec, smollm2_checkpoint, gguf(), conversations, work=tmp_path / "verify")
+    assert len(report.prompts) == 2 and report.passed, report.failures
+    assert "Paris" in report.prompts[0].engine_text  # "What is the capital of France?"
+    assert (tmp_path / "verify" / "vllm.log").stat().st_size > 0
