@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.errors import SpecError
 from builder.llm.memory import GIB, MemoryPlan, ModelSizes, plan
-from builder.llm.spec import LLMSpec
+from builder.spec.llm import LLMSpec
 
 PROBE = [{"role": "user", "content": "Hello"}]
 

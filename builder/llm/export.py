@@ -18,7 +18,7 @@ from typing import Any
 from builder.errors import SpecError
 from builder.factories import import_factory
 from builder.llm.quiet import output_to
-from builder.llm.spec import LLMDType, LLMSpec, SourceKind
+from builder.spec.llm import LLMDType, LLMSpec, SourceKind
 
 GGUF_MAGIC = b"GGUF"
 # What a checkpoint folder must hold besides weights.

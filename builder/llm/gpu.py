@@ -23,7 +23,7 @@ from tritonclient.grpc.model_config_pb2 import (
     ModelTransactionPolicy,
 )
 
-from builder.llm.spec import LLMSpec
+from builder.spec.llm import LLMSpec
 
 ENGINE_ARGS_FILE = "model.json"
 CHECKPOINT_DIR = "checkpoint"

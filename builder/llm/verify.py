@@ -21,8 +21,8 @@ from typing import Any
 from builder.errors import BuildError, VerificationError
 from builder.llm.prompts import Conversation
 from builder.llm.quiet import output_to
-from builder.llm.spec import LLMDType, LLMSpec, LLMTolerance
 from builder.llm.vllm_greedy import GreedyRequest, GreedyResult
+from builder.spec.llm import LLMDType, LLMSpec, LLMTolerance
 
 ENGINE_TIMEOUT_S = 900.0
 

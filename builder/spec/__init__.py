@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from builder.errors import SpecError
 from builder.spec.engine import EngineOptions
+from builder.spec.llm import LLMSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -418,13 +419,16 @@ class EnsembleSpec(Strict):
 
 
 class Spec(Strict):
-    models: Annotated[list[ModelSpec], Field(min_length=1)]
+    models: list[ModelSpec] = []
     python_models: list[PythonModelSpec] = []
     ensembles: list[EnsembleSpec] = []
+    llms: list[LLMSpec] = []  # generative models served by vLLM (builder/spec/llm.py)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Spec:
-        names = [m.name for m in self.all_models()]
+        if not self.models and not self.llms:
+            raise ValueError("the spec needs at least one entry in 'models' or 'llms'")
+        names = [m.name for m in self.all_models()] + [m.name for m in self.llms]
         _check_unique("model names", names)
         known = {m.name: m for m in self.all_models()}
         for ens in self.ensembles:
@@ -509,12 +513,19 @@ def load_spec(path: str | Path) -> Spec:
         raise _spec_error(path, raw, exc) from None
 
 
+SECTIONS = ("models", "python_models", "ensembles", "llms")
+
+
 def _spec_error(path: Path, raw: dict[str, Any], exc: ValidationError) -> SpecError:
     """Turn pydantic's first error into one line: file, model and dotted field."""
     err = exc.errors()[0]
     loc = list(err["loc"])
     model = None
-    if len(loc) >= 2 and loc[0] in ("models", "python_models", "ensembles") and isinstance(loc[1], int):
+    if (
+        len(loc) >= 2
+        and loc[0] in ("models", "python_models", "ensembles", "llms")
+        and isinstance(loc[1], int)
+    ):
         entries = raw.get(loc[0]) or []
         entry = entries[loc[1]] if loc[1] < len(entries) else None
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from builder.llm.export import Exported, export
-from builder.llm.spec import LLMDType
+from builder.spec.llm import LLMDType
 
 
 @pytest.fixture(scope="session")

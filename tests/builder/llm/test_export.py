@@ -10,7 +10,7 @@ import pytest
 
 from builder.errors import SpecError
 from builder.llm.export import Exported, check_gguf, copy_checkpoint, export
-from builder.llm.spec import LLMDType, LLMSpec, parse_llm
+from builder.spec.llm import LLMDType, LLMSpec, parse_llm
 from tests.builder.llm.needs import NEEDS_GGUF
 
 

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json, write_gpu_entry
-from builder.llm.spec import LLMSpec, parse_llm
+from builder.spec.llm import LLMSpec, parse_llm
 from tests.builder.llm.needs import NEEDS_VLLM
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from builder.errors import SpecError
-from builder.llm.spec import LLMDType, SchedulingPolicy, SourceKind, parse_llm
+from builder.spec.llm import LLMDType, SchedulingPolicy, SourceKind, parse_llm
 
 
 def entry(**changes: Any) -> dict[str, Any]:

@@ -10,9 +10,9 @@ import pytest
 
 from builder.errors import DataError
 from builder.llm.prompts import load_conversations
-from builder.llm.spec import LLMDType, LLMTolerance, parse_llm
 from builder.llm.verify import PromptCheck, _report
 from builder.llm.vllm_greedy import GreedyResult
+from builder.spec.llm import LLMDType, LLMTolerance, parse_llm
 from tests.builder.llm.needs import NEEDS_GGUF, NEEDS_VLLM
 
 ROOT = Path(__file__).parents[3]
