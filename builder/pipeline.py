@@ -170,7 +170,12 @@ def _variant(
         return ctx.cache.run(model.name, "fp16", key_of("fp16", *base), lambda d: _fp16(fp32, d))
     if precision is Precision.INT8:
         assert model.calibration is not None  # the spec requires it for int8
-        key = key_of("int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx))
+        from builder.stages.quantize import int8_recipe
+
+        recipe = int8_recipe(ctx.target).key()
+        key = key_of(
+            "int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx), recipe
+        )
         return ctx.cache.run(model.name, "int8", key, lambda d: _int8(model, ctx, fp32, d))
     if precision is Precision.INT8_DYNAMIC:
         smooth = model.int8_dynamic.smooth
@@ -228,12 +233,12 @@ def _fp16(fp32: Path, out: Path) -> dict[str, Any]:
 
 
 def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> dict[str, Any]:
-    from builder.stages.quantize import quantize_int8
+    from builder.stages.quantize import int8_recipe, quantize_int8
 
     assert model.calibration is not None
     samples = _calibration_samples(model, ctx)
     source = _smoothed(fp32, model.calibration.smooth, samples, out)
-    result = quantize_int8(model, source, samples, out)
+    result = quantize_int8(model, source, samples, out, int8_recipe(ctx.target))
     _settle(result.onnx, out / "model.onnx")
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")

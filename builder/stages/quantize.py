@@ -12,13 +12,14 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
@@ -48,6 +49,27 @@ _METHODS = {
 }
 _DYNAMIC_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 _SYMMETRIC = {"ActivationSymmetric": True, "WeightSymmetric": True}
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How the static INT8 variant is made for the target that serves it."""
+
+    # ONNX Runtime's default turns Conv/Gemm biases into INT32 behind a DequantizeLinear
+    # (so that its CPU kernels fuse); TensorRT refuses INT32 quantized data.
+    quantize_bias: bool = True
+    for_tensorrt: bool = False  # refuse what TensorRT's ONNX parser refuses
+
+    def key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TENSORRT_INT8 = Int8Recipe(quantize_bias=False, for_tensorrt=True)
+
+
+def int8_recipe(target: str) -> Int8Recipe:
+    """The gpu target builds TensorRT plans from its INT8 variant; the others run it in ONNX Runtime."""
+    return TENSORRT_INT8 if target == "gpu" else Int8Recipe()
 
 
 @dataclass(frozen=True)
@@ -87,7 +109,11 @@ def calibration_batch(model: ModelSpec) -> int:
 
 
 def quantize_int8(
-    model: ModelSpec, fp32_onnx: Path, samples: dict[str, np.ndarray], out_dir: Path
+    model: ModelSpec,
+    fp32_onnx: Path,
+    samples: dict[str, np.ndarray],
+    out_dir: Path,
+    recipe: Int8Recipe = Int8Recipe(),
 ) -> QuantizeResult:
     """Static INT8 with symmetric explicit Q/DQ; also writes a TensorRT calibration table."""
     cal = model.calibration
@@ -113,10 +139,10 @@ def quantize_int8(
             nodes_to_exclude=_excluded_nodes(model, cal, fp32_onnx, pre),
             op_types_to_quantize=cal.op_types or None,
             calibrate_method=_METHODS[cal.method],
-            extra_options=dict(_SYMMETRIC),
+            extra_options={**_SYMMETRIC, "QuantizeBias": recipe.quantize_bias},
             calibration_cache_path=str(cache),
         )
-        _check_static(tmp / "int8.onnx", model.name)
+        _check_static(tmp / "int8.onnx", model.name, recipe)
         write_trt_table(ranges, tmp / "table", activation_scales(tmp / "int8.onnx"))
         os.replace(tmp / "int8.onnx", out)
         os.replace(tmp / "table", table)
@@ -196,9 +222,13 @@ def _excluded_nodes(model: ModelSpec, cal: Calibration, fp32_onnx: Path, pre: Pa
     return [n for n in cal.exclude_nodes if n in names] + by_type
 
 
-def _check_static(path: Path, model: str) -> None:
+def _check_static(path: Path, model: str, recipe: Int8Recipe) -> None:
     _load_in_ort(path, model, "int8")
     graph = onnx.load(str(path)).graph
+    if recipe.for_tensorrt:
+        problems = tensorrt_qdq_problems(graph)
+        if problems:
+            raise BuildError(f"model '{model}': int8: TensorRT cannot parse this Q/DQ graph: {problems[0]}")
     constants = {i.name for i in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     activations = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in constants]
@@ -207,6 +237,34 @@ def _check_static(path: Path, model: str) -> None:
             f"model '{model}': int8: the quantized graph has no QuantizeLinear/DequantizeLinear on "
             "activations (only weights were quantized); check calibration.op_types / exclusions"
         )
+
+
+# Element types TensorRT 10 takes as quantized data of a DequantizeLinear (INT4/FP4 for weights only).
+_TENSORRT_QUANTIZED = {
+    TensorProto.INT8,
+    TensorProto.FLOAT8E4M3FN,
+    TensorProto.INT4,
+    TensorProto.FLOAT4E2M1,
+}
+
+
+def tensorrt_qdq_problems(graph: onnx.GraphProto) -> list[str]:
+    """DequantizeLinear nodes TensorRT's ONNX parser refuses (an INT32 bias, for one)."""
+    types = {i.name: i.data_type for i in graph.initializer}
+    types |= {
+        n.output[0]: n.attribute[0].t.data_type
+        for n in graph.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
+    }
+    problems = []
+    for node in graph.node:
+        dtype = types.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if dtype is not None and dtype not in _TENSORRT_QUANTIZED:
+            problems.append(
+                f"DequantizeLinear '{node.name}' dequantizes {TensorProto.DataType.Name(dtype)} "
+                f"'{node.input[0]}' (TensorRT takes INT8/FP8/INT4 quantized data)"
+            )
+    return problems
 
 
 def _load_in_ort(path: Path, model: str, variant: str) -> None:

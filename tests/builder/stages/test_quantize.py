@@ -12,7 +12,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import BuildError, SpecError
 from builder.spec import ModelSpec
-from builder.stages.quantize import quantize_int8, quantize_int8_dynamic
+from builder.stages.quantize import (
+    TENSORRT_INT8,
+    Int8Recipe,
+    int8_recipe,
+    quantize_int8,
+    quantize_int8_dynamic,
+    tensorrt_qdq_problems,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -201,3 +208,40 @@ def test_dynamic_int8_quantizes_and_runs(tmp_path: Path) -> None:
     assert ops & {"ConvInteger", "MatMulInteger"}
     x = samples(16)["input"]
     assert min_cosine(run(fp32, x), run(out, x)) > 0.98
+
+
+def dequantized_types(path: Path) -> dict[str, str]:
+    """Quantized initializer -> its element type, for every DequantizeLinear of an initializer."""
+    graph = onnx.load(str(path)).graph
+    inits = {i.name: i.data_type for i in graph.initializer}
+    return {
+        n.input[0]: TensorProto.DataType.Name(inits[n.input[0]])
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    }
+
+
+def test_onnx_runtime_default_quantizes_biases_to_int32_which_the_tensorrt_check_refuses(
+    tmp_path: Path,
+) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    cpu = quantize_int8(spec(), fp32, samples(), tmp_path / "cpu").onnx
+    assert "INT32" in dequantized_types(cpu).values()  # ORT's QuantizeBias=True: fused CPU kernels
+    problems = tensorrt_qdq_problems(onnx.load(str(cpu)).graph)
+    assert problems and "dequantizes INT32" in problems[0]
+    with pytest.raises(BuildError, match=r"TensorRT cannot parse this Q/DQ graph: DequantizeLinear .* INT32"):
+        quantize_int8(spec(), fp32, samples(), tmp_path / "o", Int8Recipe(for_tensorrt=True))
+
+
+def test_the_tensorrt_int8_variant_keeps_biases_float_and_stays_accurate(tmp_path: Path) -> None:
+    assert int8_recipe("gpu") == TENSORRT_INT8 and int8_recipe("cpu") == int8_recipe("local") == Int8Recipe()
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    result = quantize_int8(spec(), fp32, samples(), tmp_path / "trt", TENSORRT_INT8)
+    types = dequantized_types(result.onnx)
+    assert set(types.values()) == {"INT8"} and {"w1", "w2", "wf"} <= {n.split("_")[0] for n in types}
+    assert tensorrt_qdq_problems(onnx.load(str(result.onnx)).graph) == []
+    graph = onnx.load(str(result.onnx)).graph
+    conv1 = next(n for n in graph.node if n.name == "conv1")
+    assert conv1.input[2] == "b1"  # the float bias itself, no DequantizeLinear in between
+    x = samples(16)["input"]
+    assert min_cosine(run(fp32, x), run(result.onnx, x)) > 0.98
