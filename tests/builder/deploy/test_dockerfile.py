@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -65,9 +66,9 @@ def test_runs_as_non_root_with_health_check_and_entrypoint() -> None:
 
 def test_runtime_requirements_match_pyproject() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    pinned = dict(d.split("==") for d in pyproject["project"]["dependencies"] if "==" in d)
+    pinned = {_name(d): d.split("==")[1] for d in pyproject["project"]["dependencies"] if "==" in d}
     lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
-    runtime = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    runtime = {_name(line): line.split("==")[1] for line in lines if line and not line.startswith("#")}
     assert runtime and all(pinned.get(name) == version for name, version in runtime.items()), runtime
 
 
@@ -89,20 +90,43 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in BLOCKED:
             raise ImportError("not in the serving image: " + name)
 sys.meta_path.insert(0, Block())
-import builder.cli, builder.engines.cli, builder.pipeline, builder.python_models.image_preprocess.model
 """
+ENTRY_IMPORTS = (
+    "import builder.cli, builder.engines.cli, builder.pipeline, builder.python_models.image_preprocess.model"
+)
 
 
-def test_serving_image_packages_cover_what_engines_and_python_models_import() -> None:
-    """Everything pyproject installs but the serving image does not (and torch) must stay unimported."""
+def _name(requirement: str) -> str:
+    return re.split(r"[\[=<>]", requirement)[0]
+
+
+def blocked_imports() -> set[str]:
+    """What pyproject installs but the serving image does not (and torch), as import names."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    names = {re.split(r"[\[=<>]", d)[0] for d in pyproject["project"]["dependencies"]} | {"torch"}
+    names = {_name(d) for d in pyproject["project"]["dependencies"]} | {"torch"}
     lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
-    runtime = {line.split("==")[0] for line in lines if line and not line.startswith("#")}
-    blocked = {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
-    assert "torch" in blocked and "pytriton" in blocked
-    code = f"BLOCKED = {sorted(blocked)!r}\n{BLOCKER}"
+    runtime = {_name(line) for line in lines if line and not line.startswith("#")}
+    return {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
+
+
+def serving_site(folder: Path) -> Path:
+    """A ``sitecustomize`` that makes every Python started with ``folder`` on PYTHONPATH
+    refuse what the serving image lacks (build subprocesses included)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(f"BLOCKED = {sorted(blocked_imports())!r}\n{BLOCKER}")
+    return folder
+
+
+def test_serving_image_packages_cover_what_engines_and_python_models_import(tmp_path: Path) -> None:
+    """Everything pyproject installs but the serving image does not (and torch) must stay unimported."""
+    blocked = blocked_imports()
+    assert "torch" in blocked and "pytriton" in blocked and "tritonclient" not in blocked
+    env = {**os.environ, "PYTHONPATH": f"{serving_site(tmp_path / 'site')}{os.pathsep}{ROOT}"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "not in the serving image: torch" in probe.stderr  # the blocker is in force
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", ENTRY_IMPORTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]
