@@ -174,7 +174,7 @@ def _variant(
 
         recipe = int8_recipe(ctx.target).key()
         key = key_of(
-            "int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx), recipe
+            "int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx), *recipe
         )
         return ctx.cache.run(model.name, "int8", key, lambda d: _int8(model, ctx, fp32, d))
     if precision is Precision.INT8_DYNAMIC:

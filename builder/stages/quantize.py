@@ -60,8 +60,9 @@ class Int8Recipe:
     quantize_bias: bool = True
     for_tensorrt: bool = False  # refuse what TensorRT's ONNX parser refuses
 
-    def key(self) -> dict[str, Any]:
-        return asdict(self)
+    def key(self) -> list[dict[str, Any]]:
+        """Parts of the stage key: none for ONNX Runtime's defaults (their cached variants stay valid)."""
+        return [] if self == Int8Recipe() else [asdict(self)]
 
 
 TENSORRT_INT8 = Int8Recipe(quantize_bias=False, for_tensorrt=True)
