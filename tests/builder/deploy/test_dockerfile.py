@@ -64,6 +64,27 @@ def test_runs_as_non_root_with_health_check_and_entrypoint() -> None:
     assert entry is not None and "/opt/tritonforge/entrypoint.sh" in entry[1]
 
 
+def server_stage() -> list[str]:
+    """The serving stage's instructions, continuation lines joined."""
+    text = DOCKERFILE.split(" AS server\n", 1)[1].replace("\\\n", " ")
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_user_owns_the_folder_the_repository_is_published_in(tmp_path: Path) -> None:
+    from builder.publish import staging_dir
+
+    lines = server_stage()
+    env = " ".join(line for line in lines if line.startswith("ENV "))
+    repo = Path(re.search(r"TRITONFORGE_REPOSITORY=(\S+)", env)[1])
+    assert staging_dir(tmp_path / repo.name).parent == tmp_path  # publishing writes beside the repository
+    (user,) = {line.split()[1] for line in lines if line.startswith("USER ")}
+    uid, gid = user.split(":")
+    workdir = next(i for i, line in enumerate(lines) if line == f"WORKDIR {repo.parent}")
+    made = f"install -d -o {uid} -g {gid} {repo.parent}"
+    # WORKDIR would create it root-owned; it must exist, owned by the user, before that.
+    assert any(made in line for line in lines[:workdir] if line.startswith("RUN ")), lines[:workdir]
+
+
 def test_runtime_requirements_match_pyproject() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     pinned = {_name(d): d.split("==")[1] for d in pyproject["project"]["dependencies"] if "==" in d}
