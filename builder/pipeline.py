@@ -172,7 +172,7 @@ def _variant(
         assert model.calibration is not None  # the spec requires it for int8
         from builder.stages.quantize import int8_recipe
 
-        recipe = int8_recipe(ctx.target).key()
+        recipe = int8_recipe(ctx.target, model).key()
         key = key_of(
             "int8", *base, model.calibration.model_dump(), data_fingerprint(model.calibration, ctx), *recipe
         )
@@ -238,7 +238,7 @@ def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> dict[st
     assert model.calibration is not None
     samples = _calibration_samples(model, ctx)
     source = _smoothed(fp32, model.calibration.smooth, samples, out)
-    result = quantize_int8(model, source, samples, out, int8_recipe(ctx.target))
+    result = quantize_int8(model, source, samples, out, int8_recipe(ctx.target, model), tensorrt_graph=fp32)
     _settle(result.onnx, out / "model.onnx")
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")

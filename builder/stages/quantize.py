@@ -1,7 +1,10 @@
 """INT8 variants: static explicit Q/DQ (TensorRT-compatible) and ORT dynamic (CPU only).
 
-Static quantization calibrates once: the ranges computed here feed both the Q/DQ
-model (through ORT's calibration cache) and the TensorRT calibration table.
+Static quantization calibrates once for the Q/DQ model (ranges through ORT's
+calibration cache). TensorRT 10's implicit INT8 (``engine.int8_mode: calibrator``)
+also wants a calibration table: it is computed on the graph TensorRT parses (the
+FP32 variant), whose tensor names and ranges can differ from the pre-processed or
+smoothed graph the Q/DQ model is made from.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,14 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from builder.engines.options import Int8Mode
 from builder.errors import BuildError, SpecError
 from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
 
-# Header of TensorRT's calibration cache text format; TensorRT skips a cache it cannot use.
-TRT_CACHE_HEADER = "TRT-8600-EntropyCalibration2"
+# First line of the table written here; the engine builder replaces it with the header of
+# the TensorRT that reads it (TensorRT skips a cache whose header is not its own).
+TRT_CACHE_HEADER = "TRT-0-EntropyCalibration2"
 CALIBRATION_BATCH_CAP = 16
 # Samples per calibrator pass: bounds the intermediate outputs held in memory at once
 # (ORT keeps every intermediate tensor of a pass; about 10 MB a sample for resnet18).
@@ -59,6 +64,7 @@ class Int8Recipe:
     # (so that its CPU kernels fuse); TensorRT refuses INT32 quantized data.
     quantize_bias: bool = True
     for_tensorrt: bool = False  # refuse what TensorRT's ONNX parser refuses
+    calibration_table: bool = False  # for TensorRT 10's implicit INT8 (engine.int8_mode: calibrator)
 
     def key(self) -> list[dict[str, Any]]:
         """Parts of the stage key: none for ONNX Runtime's defaults (their cached variants stay valid)."""
@@ -68,9 +74,12 @@ class Int8Recipe:
 TENSORRT_INT8 = Int8Recipe(quantize_bias=False, for_tensorrt=True)
 
 
-def int8_recipe(target: str) -> Int8Recipe:
+def int8_recipe(target: str, model: ModelSpec | None = None) -> Int8Recipe:
     """The gpu target builds TensorRT plans from its INT8 variant; the others run it in ONNX Runtime."""
-    return TENSORRT_INT8 if target == "gpu" else Int8Recipe()
+    if target != "gpu":
+        return Int8Recipe()
+    table = model is not None and model.engine.int8_mode is Int8Mode.CALIBRATOR
+    return replace(TENSORRT_INT8, calibration_table=table)
 
 
 @dataclass(frozen=True)
@@ -115,8 +124,10 @@ def quantize_int8(
     samples: dict[str, np.ndarray],
     out_dir: Path,
     recipe: Int8Recipe = Int8Recipe(),
+    tensorrt_graph: Path | None = None,
 ) -> QuantizeResult:
-    """Static INT8 with symmetric explicit Q/DQ; also writes a TensorRT calibration table."""
+    """Static INT8 with symmetric explicit Q/DQ from ``fp32_onnx``; with ``recipe.calibration_table``
+    also TensorRT's calibration table for ``tensorrt_graph`` (default: ``fp32_onnx``)."""
     cal = model.calibration
     if cal is None:
         raise SpecError("int8 needs calibration data", model=model.name, field="calibration")
@@ -144,10 +155,31 @@ def quantize_int8(
             calibration_cache_path=str(cache),
         )
         _check_static(tmp / "int8.onnx", model.name, recipe)
-        write_trt_table(ranges, tmp / "table", activation_scales(tmp / "int8.onnx"))
+        if recipe.calibration_table:
+            graph = tensorrt_graph or fp32_onnx
+            _tensorrt_table(graph, cal, samples, calibration_batch(model), tmp, tmp / "table")
+            if graph.resolve() == fp32_onnx.resolve():
+                # Same graph: the tensors both quantize keep the Q/DQ model's scales (after
+                # ORT's range adjustments), so implicit and explicit INT8 agree.
+                write_trt_table(ranges_of(tmp / "table"), tmp / "table", activation_scales(tmp / "int8.onnx"))
+            os.replace(tmp / "table", table)
         os.replace(tmp / "int8.onnx", out)
-        os.replace(tmp / "table", table)
-    return QuantizeResult(onnx=out, calibration_table=table)
+    return QuantizeResult(onnx=out, calibration_table=table if recipe.calibration_table else None)
+
+
+def _tensorrt_table(
+    graph: Path, cal: Calibration, samples: dict[str, np.ndarray], batch: int, tmp: Path, out: Path
+) -> None:
+    """Calibrate every float tensor of the graph TensorRT parses, as it is (no pre-processing)."""
+    work = tmp / "tensorrt"
+    work.mkdir()
+    write_trt_table(_calibrate(graph, cal, samples, batch, work), out)
+
+
+def ranges_of(table: Path) -> dict[str, float]:
+    """Scales of a table written by :func:`write_trt_table`."""
+    pairs = (line.split(": ") for line in table.read_text(encoding="utf-8").splitlines()[1:])
+    return {name: struct.unpack(">f", bytes.fromhex(value))[0] for name, value in pairs}
 
 
 def quantize_int8_dynamic(model: ModelSpec, fp32_onnx: Path, out_dir: Path) -> Path:
@@ -292,18 +324,27 @@ def activation_scales(path: Path) -> dict[str, float]:
     return scales
 
 
-def write_trt_table(ranges: TensorsData, path: Path, scales: dict[str, float] | None = None) -> Path:
+def write_trt_table(
+    ranges: TensorsData | dict[str, float], path: Path, scales: dict[str, float] | None = None
+) -> Path:
     """TensorRT's calibration cache: ``tensor: hex(float32 scale)``, scale = amax / 127.
 
-    ``scales`` (those the Q/DQ model uses) take precedence over the raw calibrated ranges."""
+    ``ranges`` are calibrated ranges (or scales); ``scales`` (those the Q/DQ model uses) take
+    precedence for the tensors ``ranges`` has."""
     scales = scales or {}
     lines = [TRT_CACHE_HEADER]
-    for name in sorted(set(ranges.keys()) | set(scales)):
+    for name in sorted(ranges.keys()):
         scale = scales.get(name)
         if scale is None:
-            lowest, highest = ranges[name].range_value
-            amax = float(max(np.abs(lowest).max(), np.abs(highest).max()))
-            scale = amax / 127.0 if amax > 0 else 1.0 / 127.0
+            scale = _scale(ranges[name])
         lines.append(f"{name}: {struct.pack('>f', scale).hex()}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _scale(value: object) -> float:
+    if isinstance(value, float):
+        return value
+    lowest, highest = value.range_value  # type: ignore[attr-defined]
+    amax = float(max(np.abs(lowest).max(), np.abs(highest).max()))
+    return amax / 127.0 if amax > 0 else 1.0 / 127.0
