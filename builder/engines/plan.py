@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
+from builder.engines.calibrator import with_header
 from builder.engines.detect import TensorRTAvailability, detect
 from builder.engines.isolate import run_worker
 from builder.engines.metadata import (
@@ -130,9 +131,22 @@ class _Job:
             )
         except RecipeError as exc:
             return self._failed(precision, plan, str(exc))
+        if req.calibration_table is not None:
+            req.calibration_table = str(self._headed_table(Path(req.calibration_table), plan))
         if if_stale and stale_reason(plan, self.found, fingerprint(req)) is None:
             return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan)
         return self._build(precision, req, plan)
+
+    def _headed_table(self, table: Path, plan: Path) -> Path:
+        """The CPU stage's table under this TensorRT's header, beside the plan (``trtexec --calib``
+        in the reproduce script reads it too)."""
+        assert self.found.version is not None
+        out = plan.with_name("calibration.cache")
+        data = with_header(table.read_bytes(), self.found.version)
+        if not out.is_file() or out.read_bytes() != data:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+        return out
 
     def _build(self, precision: Precision, req: BuildRequest, plan: Path) -> EngineResult:
         staging = plan.parent / ".staging"
