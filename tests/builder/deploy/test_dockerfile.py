@@ -130,11 +130,11 @@ def blocked_imports() -> set[str]:
     return {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
 
 
-def serving_site(folder: Path) -> Path:
+def serving_site(folder: Path, then: str = "") -> Path:
     """A ``sitecustomize`` that makes every Python started with ``folder`` on PYTHONPATH
-    refuse what the serving image lacks (build subprocesses included)."""
+    refuse what the serving image lacks (build subprocesses included), then runs ``then``."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sitecustomize.py").write_text(f"BLOCKED = {sorted(blocked_imports())!r}\n{BLOCKER}")
+    (folder / "sitecustomize.py").write_text(f"BLOCKED = {sorted(blocked_imports())!r}\n{BLOCKER}\n{then}\n")
     return folder
 
 
