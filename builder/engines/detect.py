@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from builder.engines.versions import NEWEST_MAJOR, OLDEST, unavailable, unsupported
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -34,8 +36,10 @@ def detect() -> TensorRTAvailability:
         return TensorRTAvailability(False, why if gpu else f"{why}; {gpu_why}", gpu=gpu)
     if gpu is None:
         return TensorRTAvailability(False, f"TensorRT {version} is installed but {gpu_why}", version)
+    lacks = unavailable(version)
+    note = f"; this version lacks {', '.join(lacks)}" if lacks else ""
     return TensorRTAvailability(
-        True, f"TensorRT {version} on {gpu.name} (sm {gpu.compute_capability})", version, gpu
+        True, f"TensorRT {version} on {gpu.name} (sm {gpu.compute_capability}){note}", version, gpu
     )
 
 
@@ -51,6 +55,9 @@ def _tensorrt_version() -> tuple[str | None, str]:
         return None, "the 'tensorrt' module has no __version__ (not TensorRT?)"
     if not hasattr(trt, "Builder") or not hasattr(trt, "OnnxParser"):
         return None, f"TensorRT {version} has no Builder/OnnxParser (a lean or dispatch runtime)"
+    why = unsupported(version)
+    if why:
+        return None, f"{why} (pip install 'tensorrt>={OLDEST[0]}.{OLDEST[1]},<{NEWEST_MAJOR + 1}')"
     return version, ""
 
 

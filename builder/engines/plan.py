@@ -125,7 +125,7 @@ class _Job:
                 precision,
                 self.variants,
                 self.calibration_table,
-                self.found.major,
+                self.found.version,
                 plan=plan,
                 timing_cache=cache,
             )

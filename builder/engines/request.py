@@ -20,6 +20,7 @@ from pathlib import Path
 
 from builder.engines.options import EngineOptions, Int8Mode
 from builder.engines.profiles import InputRange, profile_shapes
+from builder.engines.versions import missing_feature, parse
 from builder.spec import ModelSpec, Precision
 
 PLAN_PRECISIONS = (Precision.FP32, Precision.FP16, Precision.INT8)  # int8_dynamic has no TensorRT kernels
@@ -67,11 +68,16 @@ def make_request(
     precision: Precision,
     variants: dict[Precision, Path],
     calibration_table: Path | None,
-    trt_major: int,
+    trt_version: str,
     *,
     plan: Path,
     timing_cache: Path,
 ) -> BuildRequest:
+    missing = missing_feature(trt_version, options.hardware_compatibility.name)
+    if missing:
+        field = f"engine.hardware_compatibility '{options.hardware_compatibility.value}'"
+        raise RecipeError(f"{field}: {missing}")
+    trt_major = parse(trt_version)[0]
     onnx, strongly_typed, flags, table = _recipe(options, precision, variants, calibration_table, trt_major)
     return BuildRequest(
         model=model.name,

@@ -217,7 +217,14 @@ def _job(tmp_path: Path, variants: dict[Precision, Path], a10: TensorRTAvailabil
 
 def _request(job: _Job, precision: Precision, plan: Path):
     return make_request(
-        job.model, job.options, precision, job.variants, None, 10, plan=plan, timing_cache=job.cache_dir / "x"
+        job.model,
+        job.options,
+        precision,
+        job.variants,
+        None,
+        "10.13.0.35",
+        plan=plan,
+        timing_cache=job.cache_dir / "x",
     )
 
 

@@ -31,7 +31,7 @@ def _request(tmp_path: Path, variants, precision, major, table=None, **options) 
         precision,
         variants,
         table,
-        major,
+        {10: "10.13.0.35", 11: "11.4.0.1"}[major],
         plan=tmp_path / "model.plan",
         timing_cache=tmp_path / "cache" / "timing.cache",
     )
