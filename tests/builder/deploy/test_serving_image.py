@@ -64,6 +64,7 @@ def start_container(project: Path, tmp_path: Path) -> subprocess.CompletedProces
         "PATH": f"{serving_bin(tmp_path)}:/usr/bin:/bin",
         "PYTHONPATH": f"{serving_site(tmp_path / 'site', DOUBLE_RUNNER)}:{DOUBLE_DIR}:{ROOT}",
         "TRT_DOUBLE_JOURNAL": str(tmp_path / "journal.jsonl"),
+        "TRT_DOUBLE_GPU": "NVIDIA A10:8.6",  # what CUDA (cuda-python's double) reports
         "TRITONFORGE_SPEC": str(project / "models.yaml"),
         "TRITONFORGE_REPOSITORY": str(project / "model_repository"),
         "FAKE_LOG": str(tmp_path),

@@ -52,7 +52,8 @@ def _install_double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: st
     monkeypatch.setenv("TRT_DOUBLE_JOURNAL", str(journal))
     tensorrt.JOURNAL.clear()
     yield TrtDouble(tensorrt, journal)
-    sys.modules.pop("tensorrt", None)
+    for name in [m for m in sys.modules if m == "tensorrt" or m == "cuda" or m.startswith("cuda.")]:
+        del sys.modules[name]  # the CUDA double too (detection imported it)
     if saved is not None:
         sys.modules["tensorrt"] = saved
 
