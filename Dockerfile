@@ -62,6 +62,7 @@ COPY --chown=10001:10001 --from=builder /opt/tritonforge/calibration ./calibrati
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/.tritonforge ./.tritonforge
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/model_repository ./model_repository
 COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
+COPY --chmod=755 tools/gpu_check.sh tools/gpu_check.py /opt/tritonforge/tools/
 USER 10001:10001
 ENV TRITONFORGE_REPOSITORY=/opt/tritonforge/model_repository \
     TRITONFORGE_SPEC=/opt/tritonforge/models.yaml

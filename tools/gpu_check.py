@@ -19,6 +19,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -117,21 +119,19 @@ def plans(repo: Path) -> list[dict[str, Any]]:
 
 
 def serve_and_infer(binary: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
-    import tritonclient.http as http
-
     port = free_port()
     cmd = [binary, f"--model-repository={args.repo}", "--exit-on-error=true", "--strict-readiness=true"]
     cmd += [f"--http-port={port}", "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false"]
     log = args.out.resolve().with_suffix(".tritonserver.log")
+    base = f"http://127.0.0.1:{port}/v2"
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        client = http.InferenceServerClient(f"127.0.0.1:{port}")
-        while not ready(client):
+        while call(f"{base}/health/ready") is None:
             if proc.poll() is not None or left(deadline) <= 1:
                 return {"ok": False, "error": f"the server did not become ready (log: {log})"}
             time.sleep(1)
-        results = {name: infer_once(client, name, sample) for name, sample in samples(args)}
+        results = {name: infer_once(base, name, sample) for name, sample in samples(args)}
         return {"ok": all(r["ok"] for r in results.values()), "log": str(log), "models": results}
     finally:
         proc.terminate()
@@ -142,11 +142,18 @@ def serve_and_infer(binary: str, args: argparse.Namespace, deadline: float) -> d
             proc.wait()
 
 
-def ready(client: Any) -> bool:
+def call(url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Triton's HTTP/JSON protocol with the standard library (the serving image has no HTTP client)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        return bool(client.is_server_ready())
-    except Exception:  # not listening yet
-        return False
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read().decode()
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(exc.read().decode(errors="replace")[:500]) from None
+    except OSError:
+        return None
+    return json.loads(text) if text else {}
 
 
 def samples(args: argparse.Namespace) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -168,21 +175,26 @@ def samples(args: argparse.Namespace) -> list[tuple[str, dict[str, np.ndarray]]]
     return out
 
 
-def infer_once(client: Any, model: str, sample: dict[str, np.ndarray]) -> dict[str, Any]:
-    import tritonclient.http as http
-    from tritonclient.utils import np_to_triton_dtype
+TRITON_TYPES = {"float32": "FP32", "float16": "FP16", "int64": "INT64", "int32": "INT32", "bool": "BOOL"}
 
-    inputs = []
-    for name, value in sample.items():
-        tensor = http.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
+
+def infer_once(base: str, model: str, sample: dict[str, np.ndarray]) -> dict[str, Any]:
+    inputs = [
+        {
+            "name": k,
+            "shape": list(v.shape),
+            "datatype": TRITON_TYPES[str(v.dtype)],
+            "data": v.ravel().tolist(),
+        }
+        for k, v in sample.items()
+    ]
     try:
-        result = client.infer(model, inputs)
-    except Exception as exc:  # the server's own error text is the finding
-        return {"ok": False, "error": str(exc)[:500]}
-    outputs = result.get_response().get("outputs", [])
-    return {"ok": True, "outputs": {o["name"]: o["shape"] for o in outputs}}
+        result = call(f"{base}/models/{model}/infer", {"inputs": inputs})
+    except (RuntimeError, KeyError) as exc:  # the server's own error text is the finding
+        return {"ok": False, "error": str(exc)}
+    if result is None:
+        return {"ok": False, "error": "no answer"}
+    return {"ok": True, "outputs": {o["name"]: o["shape"] for o in result.get("outputs", [])}}
 
 
 def free_port() -> int:
