@@ -23,6 +23,7 @@ from tritonclient.grpc.model_config_pb2 import (
 
 from builder.dtypes import triton_type
 from builder.engines.options import cc_model_filenames
+from builder.engines.profiles import triton_profiles
 from builder.spec import (
     Batching,
     EnsembleSpec,
@@ -65,6 +66,8 @@ def core_config(
             cfg.optimization.cuda.graphs = True
     _set_batching(cfg, model.batching, model.max_batch_size, target)
     _set_instances(cfg, model.instances, target)
+    if target == "gpu":  # every TensorRT profile selectable: without this Triton uses profile 0 only
+        cfg.instance_group[0].profile.extend(triton_profiles(model))
     if model.warmup is not None:
         _set_warmup(cfg, model)
     return cfg

@@ -40,6 +40,7 @@ class PlanMetadata:
     plan_sha256: str
     built_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     verification: dict[str, Any] = field(default_factory=dict)
+    profiles_verified: list[int] = field(default_factory=list)  # profiles the evaluation set ran on
     format: int = FORMAT
 
 

@@ -32,6 +32,7 @@ from builder.engines.metadata import (
 from builder.engines.options import EngineOptions, plan_filename
 from builder.engines.repro import write_repro
 from builder.engines.request import PLAN_PRECISIONS, BuildRequest, RecipeError, make_request
+from builder.engines.trt_runner import profiles_run
 from builder.errors import SpecError
 from builder.spec import ModelSpec, Precision
 
@@ -155,6 +156,12 @@ class _Job:
         req.plan = str(staging / plan.name)
         req.eval_inputs = str(staging / "inputs.npz")
         req.eval_outputs = str(staging / "outputs.npz")
+        try:
+            exercised = profiles_run(self.evaluation.inputs, req.batch_size, req.profiles)
+        except ValueError as exc:
+            return self._failed(
+                precision, plan, f"the evaluation set cannot run on this plan: {exc}", staging
+            )
         np.savez(req.eval_inputs, **dict(self.evaluation.inputs))
         (staging / "request.json").write_text(req.to_json(), encoding="utf-8")
         gpu = self.found.gpu
@@ -177,7 +184,7 @@ class _Job:
             return self._failed(
                 precision, plan, "the plan failed verification: " + "; ".join(failures), staging
             )
-        return self._keep(precision, req, plan, Path(req.plan), metrics, staging)
+        return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised)
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
         """The same comparison and tolerance as the CPU variants of this precision."""
@@ -197,6 +204,7 @@ class _Job:
         built: Path,
         metrics: dict[str, object],
         staging: Path,
+        exercised: list[int] | None = None,
     ) -> EngineResult:
         gpu = self.found.gpu
         assert gpu is not None and self.found.version is not None
@@ -215,10 +223,13 @@ class _Job:
                 options_sha256=fp.options_sha256,
                 plan_sha256=sha256(plan),
                 verification=metrics,
+                profiles_verified=exercised or [],
             ),
         )
         shutil.rmtree(staging, ignore_errors=True)
-        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified", plan)
+        unverified = [i for i in range(len(req.profiles)) if i not in (exercised or [])]
+        note = f" (no evaluation sample fits profiles {unverified}: not run)" if unverified else ""
+        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified" + note, plan)
 
     def _failed(
         self, precision: Precision, plan: Path, message: str, staging: Path | None = None

@@ -8,19 +8,44 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from builder.engines.profiles import ProfileShapes, profile_for
 
-def run_plan(plan: bytes, inputs: Mapping[str, NDArray[Any]], batch_size: int) -> dict[str, NDArray[Any]]:
-    """Outputs for every sample, fed ``batch_size`` at a time (0: one unbatched sample at a time)."""
+
+def run_plan(
+    plan: bytes,
+    inputs: Mapping[str, NDArray[Any]],
+    batch_size: int,
+    profiles: list[ProfileShapes] | None = None,
+) -> dict[str, NDArray[Any]]:
+    """Outputs for every sample, fed ``batch_size`` at a time (0: one unbatched sample at a time),
+    each batch under the profile Triton would choose for its shapes (not only profile 0)."""
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
+    feeds = list(batches(inputs, batch_size))
+    chosen = [profile_for({k: v.shape for k, v in f.items()}, profiles or []) for f in feeds]
+    engine = EngineFromBytes(plan)()
+    results: dict[int, dict[str, NDArray[Any]]] = {}
+    for profile in sorted(set(chosen)):
+        with TrtRunner(engine, optimization_profile=profile) as runner:
+            for i in (i for i, p in enumerate(chosen) if p == profile):
+                # copy: the runner reuses its buffers
+                results[i] = {
+                    name: np.array(value) for name, value in runner.infer(feed_dict=feeds[i]).items()
+                }
     chunks: dict[str, list[NDArray[Any]]] = {}
-    with TrtRunner(EngineFromBytes(plan)) as runner:
-        for feed in batches(inputs, batch_size):
-            outputs = runner.infer(feed_dict=feed)
-            for name, value in outputs.items():
-                array = np.array(value)  # copy: the runner reuses its buffers
-                chunks.setdefault(name, []).append(array if batch_size else array[None])
+    for i in range(len(feeds)):
+        for name, array in results[i].items():
+            chunks.setdefault(name, []).append(array if batch_size else array[None])
     return {name: np.concatenate(parts) for name, parts in chunks.items()}
+
+
+def profiles_run(
+    inputs: Mapping[str, NDArray[Any]], batch_size: int, profiles: list[ProfileShapes]
+) -> list[int]:
+    """The profiles :func:`run_plan` exercises on these inputs."""
+    return sorted(
+        {profile_for({k: v.shape for k, v in f.items()}, profiles) for f in batches(inputs, batch_size)}
+    )
 
 
 def batches(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> Iterator[dict[str, NDArray[Any]]]:

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
 
         inputs = dict(np.load(req.eval_inputs, allow_pickle=False))
         try:
-            outputs = run_plan(plan, inputs, req.batch_size)
+            outputs = run_plan(plan, inputs, req.batch_size, req.profiles)
         except Exception as exc:  # a plan that does not run is a failed plan, with the reason
             return _fail(f"the plan was built but running it failed: {type(exc).__name__}: {exc}")
         np.savez(req.eval_outputs, **outputs)

@@ -67,8 +67,10 @@ def test_a_parser_error_in_the_worker_names_the_node(trt10, tmp_path, variants, 
 
 def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, variants, a10) -> None:
     results = _plan(tmp_path, variants, a10, [Precision.FP32, Precision.FP16, Precision.INT8])
+    note = " (no evaluation sample fits profiles [1]: not run)"  # 8x8 images: profile 0 only
     assert [(r.precision, r.status, r.message) for r in results] == [
-        (p, Status.BUILT, "built and verified") for p in (Precision.FP32, Precision.FP16, Precision.INT8)
+        (p, Status.BUILT, "built and verified" + note)
+        for p in (Precision.FP32, Precision.FP16, Precision.INT8)
     ]
     for r in results:
         assert r.plan is not None and r.plan.read_bytes().startswith(b"PLAN-DOUBLE")
@@ -92,11 +94,50 @@ def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a
         precisions=[Precision.FP32],
         availability=a10,
     )
-    assert result.status is Status.FAILED and "running it failed" in result.message
-    assert "shape [16, 3, 20, 20] is outside optimization profile 0" in result.message
+    assert result.status is Status.FAILED
+    assert (
+        "the evaluation set cannot run on this plan: input shapes {'input': (16, 3, 20, 20)} fit no"
+        in result.message
+    )
     plan = tmp_path / "engines" / "fp32" / "model.plan"
     assert not plan.exists() and read_metadata(plan) is None
     assert not (plan.parent / ".staging").exists()
+
+
+def test_each_batch_runs_under_the_profile_triton_would_choose(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    # 8x8 images fit profile 0, 40x40 only profile 1: before, every batch ran under profile 0
+    small, large = eval_inputs_shaped(3, 8, 8, samples=16), eval_inputs_shaped(3, 40, 40, samples=16)
+    for name, data in (("small", small), ("large", large)):
+        (result,) = plan_engines(
+            tiny_model(),
+            variants,
+            None,
+            tmp_path / name,
+            tmp_path / "cache",
+            evaluation=_evaluation(variants, data),
+            precisions=[Precision.FP32],
+            availability=a10,
+        )
+        assert result.status is Status.BUILT, result.message
+    assert trt10.named("TrtRunner") == [[0], [1]]
+    meta = read_metadata(tmp_path / "large" / "fp32" / "model.plan")
+    assert meta is not None and meta.profiles_verified == [1]
+
+
+def test_the_gpu_config_lets_triton_select_every_profile() -> None:
+    from builder.configs import core_config
+
+    cfg = core_config(tiny_model(), "gpu", variant=Precision.FP16)
+    assert [list(g.profile) for g in cfg.instance_group] == [["0", "1"]]
+    single = tiny_model(profiles=tiny_model().model_dump()["profiles"][:1])
+    assert [list(g.profile) for g in core_config(single, "gpu", variant=Precision.FP16).instance_group] == [
+        []
+    ]
+    assert [
+        list(g.profile) for g in core_config(tiny_model(), "cpu", variant=Precision.FP32).instance_group
+    ] == [[]]
 
 
 def test_a_plan_whose_outputs_differ_fails_verification_and_is_dropped(

@@ -62,7 +62,10 @@ def conv_net(path: Path, batch: bool = True) -> Path:
 
 
 def spec(
-    max_batch_size: int = 4, dims: list[int] | None = None, out_dims: list[int] | None = None, **calibration: Any
+    max_batch_size: int = 4,
+    dims: list[int] | None = None,
+    out_dims: list[int] | None = None,
+    **calibration: Any,
 ) -> ModelSpec:
     return ModelSpec.model_validate(
         {
