@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +28,7 @@ class TensorRTAvailability:
     reason: str  # why not, or a one-line description of what was found
     version: str | None = None
     gpu: GPU | None = None
+    cuda: str = ""  # the CUDA the TensorRT build is for ("cu12", "cu13"): one version string, two builds
 
     @property
     def major(self) -> int:
@@ -41,9 +44,26 @@ def detect() -> TensorRTAvailability:
         return TensorRTAvailability(False, f"TensorRT {version} is installed but {gpu_why}", version)
     lacks = unavailable(version)
     note = f"; this version lacks {', '.join(lacks)}" if lacks else ""
+    cuda = cuda_flavour()
     return TensorRTAvailability(
-        True, f"TensorRT {version} on {gpu.name} (sm {gpu.compute_capability}){note}", version, gpu
+        True,
+        f"TensorRT {version}{f' ({cuda})' if cuda else ''} on {gpu.name} (sm {gpu.compute_capability}){note}",
+        version,
+        gpu,
+        cuda,
     )
+
+
+_FLAVOUR = re.compile(r"^tensorrt[-_](cu\d+)", re.IGNORECASE)
+
+
+def cuda_flavour(names: list[str] | None = None) -> str:
+    """ "cu12" or "cu13" from the installed TensorRT distributions (tensorrt-cu13-bindings, ...);
+    empty when none says (a TensorRT from a system package or a container's own)."""
+    if names is None:
+        names = [d.metadata["Name"] or "" for d in importlib.metadata.distributions()]
+    flavours = sorted({m[1].lower() for m in map(_FLAVOUR.match, names) if m})
+    return flavours[-1] if len(flavours) == 1 else "+".join(flavours)
 
 
 def _tensorrt_version() -> tuple[str | None, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,13 @@ from builder.engines.calibrator import with_header
 from builder.engines.detect import TensorRTAvailability, detect
 from builder.engines.isolate import run_worker
 from builder.engines.metadata import (
+    Fingerprint,
     PlanMetadata,
     fingerprint,
     metadata_path,
     sha256,
     stale_reason,
+    verification_key,
     write_metadata,
 )
 from builder.engines.options import EngineOptions, plan_filename
@@ -134,9 +136,15 @@ class _Job:
             return self._failed(precision, plan, str(exc))
         if req.calibration_table is not None:
             req.calibration_table = str(self._headed_table(Path(req.calibration_table), plan))
-        if if_stale and stale_reason(plan, self.found, fingerprint(req)) is None:
+        if if_stale and stale_reason(plan, self.found, self._expected(precision, req)) is None:
             return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan)
         return self._build(precision, req, plan)
+
+    def _expected(self, precision: Precision, req: BuildRequest) -> Fingerprint:
+        tolerance = self.model.tolerances[precision].model_dump(mode="json")
+        arrays = {f"input:{k}": v for k, v in self.evaluation.inputs.items()}
+        arrays |= {f"reference:{k}": v for k, v in self.evaluation.reference.items()}
+        return replace(fingerprint(req), verification_sha256=verification_key(tolerance, arrays))
 
     def _headed_table(self, table: Path, plan: Path) -> Path:
         """The CPU stage's table under this TensorRT's header, beside the plan (``trtexec --calib``
@@ -208,7 +216,7 @@ class _Job:
     ) -> EngineResult:
         gpu = self.found.gpu
         assert gpu is not None and self.found.version is not None
-        fp = fingerprint(req)
+        fp = self._expected(precision, req)
         built.replace(plan)
         write_metadata(
             plan,
@@ -224,6 +232,8 @@ class _Job:
                 plan_sha256=sha256(plan),
                 verification=metrics,
                 profiles_verified=exercised or [],
+                verification_sha256=fp.verification_sha256,
+                tensorrt_cuda=self.found.cuda,
             ),
         )
         shutil.rmtree(staging, ignore_errors=True)

@@ -193,6 +193,35 @@ def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path,
     assert trt10.named("Builder") == [[]]
 
 
+def test_a_fresh_plan_is_verified_again_when_its_tolerance_changes(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    (first,) = _plan(tmp_path, variants, a10, [Precision.FP16])
+    assert first.status is Status.BUILT
+    (again,) = _plan(tmp_path, variants, a10, [Precision.FP16], if_stale=True)
+    assert again.status is Status.FRESH
+    stricter = tiny_model(
+        tolerances={
+            "fp32": {"min_cosine": 0.9999},
+            "fp16": {"min_cosine": 0.99999},
+            "int8": {"mean_cosine": 0.99},
+        }
+    )
+    (checked,) = plan_engines(
+        stricter,
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.FP16],
+        availability=a10,
+        if_stale=True,
+    )
+    assert checked.status is Status.BUILT  # run and verified again under the new tolerance
+    assert len(trt10.named("Builder")) == 2
+
+
 def test_verification_uses_the_cpu_tolerances_and_metadata_records_it(tmp_path, variants, a10) -> None:
     job = _job(tmp_path, variants, a10)
     plan = tmp_path / "engines" / "fp32" / "model.plan"
