@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from builder.engines.detect import TensorRTAvailability, detect
-from builder.engines.metadata import metadata_path, sha256
+from builder.engines.metadata import metadata_path, read_metadata, sha256
 from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
 from builder.errors import UserError
 from builder.spec import ModelSpec, Precision
@@ -32,7 +32,8 @@ class EnginesRequired(UserError):
 class EngineSet:
     availability: TensorRTAvailability
     results: dict[str, list[EngineResult]] = field(default_factory=dict)
-    served: dict[str, Precision] = field(default_factory=dict)
+    served: dict[str, Precision] = field(default_factory=dict)  # the CPU stages' choice
+    named: dict[str, Precision] = field(default_factory=dict)  # serve.gpu in the spec
 
     @property
     def key(self) -> str:
@@ -43,10 +44,9 @@ class EngineSet:
         return "|".join(parts)
 
     def chosen(self, model: str) -> EngineResult | None:
-        """The verified plan to serve: the served variant's, else the best other one."""
-        ok = {r.precision: r for r in self.results.get(model, []) if r.ok}
-        order = [self.served.get(model), Precision.INT8, Precision.FP16, Precision.FP32]
-        return next((ok[p] for p in order if p in ok), None)
+        """The verified plan to serve: the one ``serve.gpu`` names, else the fastest measured
+        (INT8 is not always faster: strongly typed, every layer without Q/DQ runs in FP32)."""
+        return choose_plan(self.results.get(model, []), self.named.get(model), self.served.get(model))
 
     def install(self, model: str, model_dir: Path) -> dict[str, str]:
         """Copy the chosen plan and its metadata into ``model_dir/1``; {relative path: sha256}."""
@@ -68,6 +68,26 @@ class EngineSet:
         ]
 
 
+def choose_plan(
+    results: list[EngineResult], named: Precision | None, fallback: Precision | None = None
+) -> EngineResult | None:
+    """The named precision's verified plan, else the fastest measured one, else (nothing measured)
+    ``fallback``'s, then INT8, FP16, FP32."""
+    ok = {r.precision: r for r in results if r.ok}
+    if named in ok:
+        return ok[named]
+    timed = [(ms, r.precision.value, r) for r in ok.values() if (ms := _ms_per_sample(r)) is not None]
+    if timed:
+        return min(timed, key=lambda t: (t[0], t[1]))[2]
+    order = [fallback, Precision.INT8, Precision.FP16, Precision.FP32]
+    return next((ok[p] for p in order if p in ok), None)
+
+
+def _ms_per_sample(result: EngineResult) -> float | None:
+    meta = read_metadata(result.plan) if result.plan is not None else None
+    return meta.ms_per_sample if meta is not None else None
+
+
 def skip_message(models: Iterable[ModelSpec], availability: TensorRTAvailability) -> str:
     """One line: which plans were not built here and why."""
     plans = [f"{m.name} ({', '.join(p.value for p in wanted_precisions(m))})" for m in models]
@@ -83,7 +103,11 @@ def build_all(
     availability: TensorRTAvailability | None = None,
 ) -> EngineSet:
     found = availability or detect()
-    engines = EngineSet(found, served={b.spec.name: b.served for b in builds if b.served is not None})
+    engines = EngineSet(
+        found,
+        served={b.spec.name: b.served for b in builds if b.served is not None},
+        named={b.spec.name: b.spec.serve.gpu for b in builds if b.spec.serve.gpu is not None},
+    )
     if not found.available:
         message = skip_message((b.spec for b in builds), found)
         if require:

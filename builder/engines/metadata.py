@@ -47,6 +47,7 @@ class PlanMetadata:
     verification: dict[str, Any] = field(default_factory=dict)
     profiles_verified: list[int] = field(default_factory=list)  # profiles the evaluation set ran on
     verification_sha256: str = ""
+    ms_per_sample: float | None = None  # measured on the evaluation set's first batch, on this GPU
     tensorrt_cuda: str = ""  # "cu12" / "cu13": builds of one TensorRT version for two CUDA majors
     format: int = FORMAT
 

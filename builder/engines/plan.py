@@ -7,6 +7,7 @@ with ``cc_model_filenames``) and beside it ``.json`` (metadata), ``.repro.sh``
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
@@ -164,6 +165,7 @@ class _Job:
         req.plan = str(staging / plan.name)
         req.eval_inputs = str(staging / "inputs.npz")
         req.eval_outputs = str(staging / "outputs.npz")
+        req.eval_timing = str(staging / "timing.json")
         try:
             exercised = profiles_run(self.evaluation.inputs, req.batch_size, req.profiles)
         except ValueError as exc:
@@ -192,7 +194,9 @@ class _Job:
             return self._failed(
                 precision, plan, "the plan failed verification: " + "; ".join(failures), staging
             )
-        return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised)
+        timing = Path(req.eval_timing)
+        ms = json.loads(timing.read_text(encoding="utf-8"))["ms_per_sample"] if timing.is_file() else None
+        return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised, ms)
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
         """The same comparison and tolerance as the CPU variants of this precision."""
@@ -213,6 +217,7 @@ class _Job:
         metrics: dict[str, object],
         staging: Path,
         exercised: list[int] | None = None,
+        ms_per_sample: float | None = None,
     ) -> EngineResult:
         gpu = self.found.gpu
         assert gpu is not None and self.found.version is not None
@@ -234,6 +239,7 @@ class _Job:
                 profiles_verified=exercised or [],
                 verification_sha256=fp.verification_sha256,
                 tensorrt_cuda=self.found.cuda,
+                ms_per_sample=ms_per_sample,
             ),
         )
         shutil.rmtree(staging, ignore_errors=True)

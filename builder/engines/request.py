@@ -46,6 +46,7 @@ class BuildRequest:
     calibration_table: str | None = None
     eval_inputs: str | None = None  # .npz the worker runs the plan on
     eval_outputs: str | None = None  # .npz it writes the plan's outputs to
+    eval_timing: str | None = None  # .json it writes the plan's measured latency to
     batch_size: int = 1  # samples per inference; 0 = unbatched model, one sample at a time
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -56,3 +57,26 @@ def batches(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> Iterator[dic
             yield {k: np.ascontiguousarray(v[start : start + step]) for k, v in inputs.items()}
         else:
             yield {k: np.ascontiguousarray(v[start]) for k, v in inputs.items()}
+
+
+def time_plan(
+    plan: bytes,
+    inputs: Mapping[str, NDArray[Any]],
+    batch_size: int,
+    profiles: list[ProfileShapes] | None = None,
+    repeats: int = 20,
+) -> float:
+    """Milliseconds per sample: the median of ``repeats`` runs of the first batch, after warm-up."""
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+
+    feed = next(batches(inputs, batch_size))
+    profile = profile_for({k: v.shape for k, v in feed.items()}, profiles or [])
+    samples = len(next(iter(feed.values()))) if batch_size else 1
+    times = []
+    with TrtRunner(EngineFromBytes(plan)(), optimization_profile=profile) as runner:
+        for i in range(repeats + 3):
+            start = time.perf_counter()
+            runner.infer(feed_dict=feed)
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+    return 1000.0 * sorted(times)[len(times) // 2] / samples

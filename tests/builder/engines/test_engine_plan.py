@@ -77,8 +77,13 @@ def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, varia
         meta = read_metadata(r.plan)
         assert meta is not None and meta.verification["logits"]["min_cosine"] == pytest.approx(1.0)
         assert not (r.plan.parent / ".staging").exists()
-    # each plan ran in its own worker, on the 6 evaluation samples at once (max_batch_size 16)
-    assert trt10.named("infer") == [[0, {"input": [6, 3, 8, 8]}]] * 3
+    # each plan ran in its own worker, on the 6 evaluation samples at once (max_batch_size 16),
+    # then again to time it
+    assert {str(e) for e in trt10.named("infer")} == {str([0, {"input": [6, 3, 8, 8]}])}
+    assert len(trt10.named("infer")) == 3 * (1 + 23)
+    for r in results:
+        meta = read_metadata(r.plan)
+        assert meta is not None and meta.ms_per_sample is not None and meta.ms_per_sample > 0
 
 
 def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a10) -> None:
@@ -121,7 +126,7 @@ def test_each_batch_runs_under_the_profile_triton_would_choose(
             availability=a10,
         )
         assert result.status is Status.BUILT, result.message
-    assert trt10.named("TrtRunner") == [[0], [1]]
+    assert trt10.named("TrtRunner") == [[0], [0], [1], [1]]  # run, then timed
     meta = read_metadata(tmp_path / "large" / "fp32" / "model.plan")
     assert meta is not None and meta.profiles_verified == [1]
 
