@@ -89,6 +89,8 @@ def write_and_publish(builds: list[ModelBuild], ctx: BuildContext, repo: Path, e
         ctx.log(f"publish: {repo} is up to date, skipped")
         return False
     staging = staging_dir(repo)
+    if engines is not None:  # plans other GPUs built for cc_model_filenames stay in the repository
+        engines.previous_repository = repo
     try:
         manifest = _assemble(builds, ctx, staging, engines)
         manifest["repository_key"] = digest

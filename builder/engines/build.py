@@ -16,6 +16,7 @@ import numpy as np
 
 from builder.engines.detect import TensorRTAvailability, detect
 from builder.engines.metadata import metadata_path, read_metadata, sha256
+from builder.engines.options import cc_model_filenames
 from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
 from builder.errors import UserError
 from builder.spec import ModelSpec, Precision
@@ -34,6 +35,9 @@ class EngineSet:
     results: dict[str, list[EngineResult]] = field(default_factory=dict)
     served: dict[str, Precision] = field(default_factory=dict)  # the CPU stages' choice
     named: dict[str, Precision] = field(default_factory=dict)  # serve.gpu in the spec
+    cc_files: dict[str, dict[str, str]] = field(default_factory=dict)  # cc_model_filenames per model
+    onnx_hashes: dict[str, set[str]] = field(default_factory=dict)  # of each model's variants now
+    previous_repository: Path | None = None  # the published one, whose other-GPU plans are kept
 
     @property
     def key(self) -> str:
@@ -49,15 +53,29 @@ class EngineSet:
         return choose_plan(self.results.get(model, []), self.named.get(model), self.served.get(model))
 
     def install(self, model: str, model_dir: Path) -> dict[str, str]:
-        """Copy the chosen plan and its metadata into ``model_dir/1``; {relative path: sha256}."""
-        result = self.chosen(model)
-        if result is None or result.plan is None:
-            return {}
+        """Copy the chosen plan and its metadata into ``model_dir/1``, with the plans the published
+        repository holds for the other compute capabilities of ``cc_model_filenames``;
+        {relative path: sha256}."""
         version = model_dir / "1"
-        version.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(result.plan, version / result.plan.name)
-        shutil.copy2(metadata_path(result.plan), version / metadata_path(result.plan).name)
-        return {f"{model_dir.name}/1/{result.plan.name}": sha256(version / result.plan.name)}
+        installed: list[Path] = []
+        result = self.chosen(model)
+        if result is not None and result.plan is not None:
+            installed.append(result.plan)
+        if self.previous_repository is not None:
+            here = result.plan.name if result is not None and result.plan is not None else None
+            installed += kept_plans(
+                self.previous_repository / model_dir.name / "1",
+                self.cc_files.get(model, {}),
+                self.onnx_hashes.get(model, set()),
+                skip=here,
+            )
+        artifacts = {}
+        for plan in installed:
+            version.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(plan, version / plan.name)
+            shutil.copy2(metadata_path(plan), version / metadata_path(plan).name)
+            artifacts[f"{model_dir.name}/1/{plan.name}"] = sha256(version / plan.name)
+        return artifacts
 
     def problems(self) -> list[str]:
         return [
@@ -66,6 +84,23 @@ class EngineSet:
             for r in results
             if r.status is Status.FAILED
         ]
+
+
+def kept_plans(
+    previous: Path, cc_files: dict[str, str], onnx_hashes: set[str], skip: str | None
+) -> list[Path]:
+    """Plans of the previous repository's version folder for the other compute capabilities
+    (built on another GPU, so not checkable here): kept when their metadata matches the file,
+    its compute capability and an ONNX variant of the model as it is now."""
+    kept = []
+    for cc, name in sorted(cc_files.items()):
+        plan = previous / name
+        meta = read_metadata(plan) if name != skip and plan.is_file() else None
+        if meta is None or meta.plan_sha256 != sha256(plan) or meta.compute_capability != cc:
+            continue
+        if meta.onnx_sha256 in onnx_hashes:
+            kept.append(plan)
+    return kept
 
 
 def choose_plan(
@@ -107,6 +142,8 @@ def build_all(
         found,
         served={b.spec.name: b.served for b in builds if b.served is not None},
         named={b.spec.name: b.spec.serve.gpu for b in builds if b.spec.serve.gpu is not None},
+        cc_files={b.spec.name: cc_model_filenames(b.spec.engine) for b in builds},
+        onnx_hashes={b.spec.name: {sha256(v) for v in b.variants.values() if v.is_file()} for b in builds},
     )
     if not found.available:
         message = skip_message((b.spec for b in builds), found)
