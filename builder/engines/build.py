@@ -143,7 +143,6 @@ def build_all(
         served={b.spec.name: b.served for b in builds if b.served is not None},
         named={b.spec.name: b.spec.serve.gpu for b in builds if b.spec.serve.gpu is not None},
         cc_files={b.spec.name: cc_model_filenames(b.spec.engine) for b in builds},
-        onnx_hashes={b.spec.name: {sha256(v) for v in b.variants.values() if v.is_file()} for b in builds},
     )
     if not found.available:
         message = skip_message((b.spec for b in builds), found)
@@ -153,6 +152,8 @@ def build_all(
         return engines
     root = ctx.cache.root
     for b in builds:
+        if engines.cc_files[b.spec.name]:  # only then are other GPUs' plans kept (and checked)
+            engines.onnx_hashes[b.spec.name] = {sha256(v) for v in b.variants.values() if v.is_file()}
         engines.results[b.spec.name] = plan_engines(
             b.spec,
             b.variants,
