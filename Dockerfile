@@ -48,10 +48,13 @@ RUN pip install --no-cache-dir -r /tmp/tritonforge/requirements-runtime.txt \
     /tmp/tritonforge/wheels/*.whl \
  && cp /tmp/tritonforge/tensorrt_alias.py "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorrt.py" \
  && rm -rf /tmp/tritonforge \
- && python3 -c "import tensorrt, builder.cli.engines; print('TensorRT', tensorrt.__version__)" \
+ && python3 -c "import tensorrt, builder.cli.engines, builder.repository, builder.configs; print('TensorRT', tensorrt.__version__)" \
  && tritonforge --help > /dev/null
+# The user owns the folder the repository lives in: publishing stages a new repository beside
+# it and swaps it in, and the engines write plans and the timing cache under .tritonforge.
 RUN groupadd --gid 10001 tritonforge \
- && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge \
+ && install -d -o 10001 -g 10001 /opt/tritonforge
 WORKDIR /opt/tritonforge
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/models.yaml ./
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/zoo ./zoo
@@ -59,6 +62,7 @@ COPY --chown=10001:10001 --from=builder /opt/tritonforge/calibration ./calibrati
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/.tritonforge ./.tritonforge
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/model_repository ./model_repository
 COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
+COPY --chmod=755 tools/gpu_check.sh tools/gpu_check.py /opt/tritonforge/tools/
 USER 10001:10001
 ENV TRITONFORGE_REPOSITORY=/opt/tritonforge/model_repository \
     TRITONFORGE_SPEC=/opt/tritonforge/models.yaml

@@ -42,13 +42,15 @@ from builder.stages.inputs import (
     Fp16Inputs,
     Int8DynamicInputs,
     Int8Inputs,
+    Int8Recipe,
     ReferenceInputs,
     StageInputs,
     VerifyInputs,
     data_fingerprint,
+    int8_recipe,
     module_fingerprint,
 )
-from builder.targets import TARGETS, resolve
+from builder.targets import TARGETS, Target, resolve
 from builder.targets.base import unknown_serve_targets
 
 Info = dict[str, object]
@@ -63,10 +65,10 @@ def build(opts: BuildOptions) -> BuildResult:
     target = resolve(opts.target, lambda: detect().available)
     ctx = BuildContext(spec, opts.spec_file, opts.spec_file.parent, _cache(opts), opts.log)
     _check_before_stages(ctx)
-    builds = [build_model(model, ctx) for model in spec.models]
+    builds = [build_model(model, ctx, target) for model in spec.models]
     for b in builds:
         b.served = target.choose_served(b, ctx.spec_file)
-    engines = build_engines(builds, ctx, opts.require_engines) if target.builds_engines else None
+    engines = build_engines(builds, ctx, opts) if target.builds_engines else None
     published = repository.write_and_publish(repository.Repository(builds, ctx, target, engines), opts.repo)
     return BuildResult(target.name, opts.repo, builds, published, time.perf_counter() - start, engines)
 
@@ -85,7 +87,7 @@ def _check_before_stages(ctx: BuildContext) -> None:
         _check_paths(model, ctx)
 
 
-def build_model(model: ModelSpec, ctx: BuildContext) -> ModelBuild:
+def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBuild:
     out = ModelBuild(model)
     source_fp = source_fingerprint(model, ctx)
     export = _run(ctx, model, ExportInputs(
@@ -102,7 +104,7 @@ def build_model(model: ModelSpec, ctx: BuildContext) -> ModelBuild:
     ), lambda d: _reference(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     out.stages += [export, check, reference]
     out.reference_dir = reference.out
-    _variants(model, check, ctx, out)
+    _variants(model, check, ctx, target, out)
     for precision, path in out.variants.items():
         out.reports[precision] = _verified(model, precision, path, reference, ctx, out)
     _report_failures(out, ctx)
@@ -119,10 +121,12 @@ def _sha(stage: StageResult) -> str:
     return str(stage.info["sha256"])
 
 
-def _variants(model: ModelSpec, check: StageResult, ctx: BuildContext, out: ModelBuild) -> None:
+def _variants(
+    model: ModelSpec, check: StageResult, ctx: BuildContext, target: Target, out: ModelBuild
+) -> None:
     fp32 = check.out / "model.onnx"
     for precision in model.precisions:
-        variant = _variant(model, precision, fp32, check, ctx)
+        variant = _variant(model, precision, fp32, check, ctx, target)
         if variant is None:
             out.variants[precision] = fp32
             continue
@@ -133,7 +137,7 @@ def _variants(model: ModelSpec, check: StageResult, ctx: BuildContext, out: Mode
 
 
 def _variant(
-    model: ModelSpec, precision: Precision, fp32: Path, check: StageResult, ctx: BuildContext
+    model: ModelSpec, precision: Precision, fp32: Path, check: StageResult, ctx: BuildContext, target: Target
 ) -> StageResult | None:
     checked = _sha(check)
     if precision is Precision.FP16:
@@ -141,8 +145,11 @@ def _variant(
     if precision is Precision.INT8:
         assert model.calibration is not None  # the spec requires it for int8
         calibrated = data_fingerprint(model.calibration, ctx.spec_dir)
-        inputs = Int8Inputs(checked_sha256=checked, calibration=model.calibration, data=calibrated)
-        return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, d))
+        recipe = int8_recipe(target.builds_engines, model)
+        inputs = Int8Inputs(
+            checked_sha256=checked, calibration=model.calibration, data=calibrated, recipe=recipe.fields()
+        )
+        return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, recipe, d))
     if precision is Precision.INT8_DYNAMIC:
         smooth = model.int8_dynamic.smooth
         data = data_fingerprint(model.calibration, ctx.spec_dir) if smooth and model.calibration else None
@@ -214,13 +221,13 @@ def _fp16(fp32: Path, out: Path) -> Info:
     return _artifact(convert_fp16(fp32, out / "model.onnx"))
 
 
-def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> Info:
+def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, recipe: Int8Recipe, out: Path) -> Info:
     from builder.stages.quantize import quantize_int8
 
     assert model.calibration is not None
     samples = _calibration_samples(model, ctx)
     source = _smoothed(fp32, model.calibration.smooth, samples, out)
-    result = quantize_int8(model, source, samples, out)
+    result = quantize_int8(model, source, samples, out, recipe, tensorrt_graph=fp32)
     _settle(result.onnx, out / "model.onnx")
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")
@@ -285,13 +292,18 @@ def _settle(produced: Path, wanted: Path) -> None:
 # The engine stage: TensorRT plans for every model, where the target builds engines.
 
 
-def build_engines(builds: list[ModelBuild], ctx: BuildContext, require: bool) -> EngineSummary:
+def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOptions) -> EngineSummary:
     inputs = [
         EngineInput(b.spec, dict(b.variants), b.passed, b.served, b.calibration_table, b.reference_dir)
         for b in builds
         if b.reference_dir is not None
     ]
-    return build_all(inputs, ctx.cache.root, ctx.log, require=require).summary()
+    # Plans other GPUs built for cc_model_filenames stay: the published repository holds them.
+    previous = opts.repo if opts.repo.is_dir() else None
+    engines = build_all(
+        inputs, ctx.cache.root, ctx.log, require=opts.require_engines, previous_repository=previous
+    )
+    return engines.summary()
 
 
 def _report_failures(b: ModelBuild, ctx: BuildContext) -> None:

@@ -123,7 +123,6 @@ class VerificationReport:
 class InstalledPlan:
     """A verified TensorRT plan to put in the model's version folder, with its metadata."""
 
-    precision: Precision
     plan: Path
     metadata: Path
 
@@ -133,7 +132,7 @@ class EngineSummary:
     """What the engine stage left for the repository: the plan to serve per model."""
 
     key: str  # changes whenever an installed plan would change
-    plans: dict[str, InstalledPlan] = field(default_factory=dict)
+    plans: dict[str, list[InstalledPlan]] = field(default_factory=dict)  # the served one first
     skipped: str | None = None  # why no plan was built here (no TensorRT, no GPU)
 
 

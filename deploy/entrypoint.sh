@@ -2,13 +2,19 @@
 # Container entrypoint: build missing or stale TensorRT plans for the GPU found here,
 # then exec tritonserver (so it is the process that receives SIGTERM) with safe defaults.
 #
+# The repository is the gpu target's: every core model is a TensorRT plan, and its ONNX
+# Runtime fallback and the ensembles run on the GPU too. So the container refuses to start
+# without a GPU, and it starts only once every plan is built and verified
+# (--require-engines): a model without its plan would not load, and the server runs with
+# --exit-on-error. Either way it says why in one line and exits non-zero.
+#
 # Environment:
 #   TRITONFORGE_REPOSITORY  model repository: a path, or s3:// / gs:// (plans must then be prebuilt)
 #   TRITONFORGE_SPEC        models.yaml inside the image
 #   TRITON_ADMIN_KEY        value of the header that unlocks the restricted endpoints;
 #                           unset = a random key nobody knows, so they stay closed
 #   TRITON_ADMIN_HEADER     that header's name (default triton-admin-key)
-#   TRITONFORGE_SKIP_ENGINES=1  serve what is there without building plans
+#   TRITONFORGE_SKIP_ENGINES=1  serve what is there without building plans (nor checking for a GPU)
 # Extra arguments are passed to tritonserver (e.g. --http-port=8080 --log-verbose=1).
 set -euo pipefail
 
@@ -34,13 +40,25 @@ gpu_present() {
 
 build_engines() {
   if [[ "${TRITONFORGE_SKIP_ENGINES:-0}" == 1 ]]; then
-    log "TRITONFORGE_SKIP_ENGINES=1: serving the repository as it is"
-  elif [[ "$repo" == *://* ]]; then
-    log "remote repository $repo: TensorRT plans must be built beforehand"
-  elif ! gpu_present; then
-    log "no GPU found: TensorRT models will not load; the ONNX Runtime fallback serves"
-  else
-    tritonforge engines --if-stale --spec "$spec" --repo "$repo"
+    log "TRITONFORGE_SKIP_ENGINES=1: serving the repository as it is (a model whose plan is missing will not load)"
+    return
+  fi
+  if ! gpu_present; then
+    log "error: no GPU visible (nvidia-smi -L lists none): this image serves TensorRT plans and runs their" \
+      "ONNX Runtime fallbacks on the GPU too, so it cannot serve here; start it with --gpus (Kubernetes:" \
+      "an nvidia.com/gpu limit), or serve the cpu target's repository (tritonforge build --target cpu)"
+    exit 1
+  fi
+  if [[ "$repo" == *://* ]]; then
+    log "remote repository $repo: serving the TensorRT plans it holds (build them beforehand)"
+    return
+  fi
+  local status=0
+  tritonforge engines --if-stale --require-engines --spec "$spec" --repo "$repo" || status=$?
+  if (( status != 0 )); then
+    log "error: not starting tritonserver: a TensorRT plan could not be built and verified on this GPU" \
+      "(tritonforge's message above says which and why); a model without its plan cannot load"
+    exit "$status"
   fi
 }
 

@@ -33,7 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--repository-url", help="serve from s3://bucket/path or gs://bucket/path instead of the image"
     )
-    p.add_argument("--gpus", type=int, default=1, help="GPUs per pod (0: the ONNX Runtime fallback)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="GPUs per pod (the gpu image refuses to start without one; 0 is for a cpu-target image)",
+    )
     p.add_argument("--min-replicas", type=int, default=1)
     p.add_argument("--max-replicas", type=int, default=4)
     p.add_argument("--repo", type=Path, help="a built repository whose size goes into the memory request")

@@ -1,4 +1,4 @@
-"""The engine step of the pipeline: plans for every model of the gpu target.
+"""The engine stage of the pipeline: plans for every model of a target that builds engines.
 
 Without TensorRT or a GPU it says in one line which plans were skipped and why,
 and the build goes on (unless engines are required).
@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from builder.engines.detect import TensorRTAvailability, detect
-from builder.engines.metadata import metadata_path, sha256
+from builder.engines.metadata import metadata_path, read_metadata, sha256
 from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
 from builder.errors import UserError
 from builder.records import EngineSummary, InstalledPlan, Log
 from builder.spec import ModelSpec, Precision
+from builder.spec.engine import cc_model_filenames
 
 
 class EnginesRequired(UserError):
@@ -40,7 +41,11 @@ class EngineInput:
 class EngineSet:
     availability: TensorRTAvailability
     results: dict[str, list[EngineResult]] = field(default_factory=dict)
-    served: dict[str, Precision] = field(default_factory=dict)
+    served: dict[str, Precision] = field(default_factory=dict)  # the CPU stages' choice
+    named: dict[str, Precision] = field(default_factory=dict)  # serve.gpu in the spec
+    cc_files: dict[str, dict[str, str]] = field(default_factory=dict)  # cc_model_filenames per model
+    onnx_hashes: dict[str, set[str]] = field(default_factory=dict)  # of each model's variants now
+    previous_repository: Path | None = None  # the published one, whose other-GPU plans are kept
 
     @property
     def key(self) -> str:
@@ -51,20 +56,32 @@ class EngineSet:
         return "|".join(parts)
 
     def chosen(self, model: str) -> EngineResult | None:
-        """The verified plan to serve: the served variant's, else the best other one."""
-        ok = {r.precision: r for r in self.results.get(model, []) if r.ok}
-        order = [self.served.get(model), Precision.INT8, Precision.FP16, Precision.FP32]
-        return next((ok[p] for p in order if p in ok), None)
+        """The verified plan to serve: the one ``serve.gpu`` names, else the fastest measured
+        (INT8 is not always faster: strongly typed, every layer without Q/DQ runs in FP32)."""
+        return choose_plan(self.results.get(model, []), self.named.get(model), self.served.get(model))
 
     def summary(self) -> EngineSummary:
-        """The plan to install per model, for the repository writer."""
-        plans: dict[str, InstalledPlan] = {}
+        """The plans to install per model for the repository writer: the chosen one first, then
+        those the published repository holds for the other compute capabilities of
+        ``cc_model_filenames``."""
+        plans: dict[str, list[InstalledPlan]] = {}
         for model in self.results:
-            result = self.chosen(model)
-            if result is not None and result.plan is not None:
-                plans[model] = InstalledPlan(result.precision, result.plan, metadata_path(result.plan))
+            plans[model] = [InstalledPlan(p, metadata_path(p)) for p in self._installed(model)]
         skipped = None if self.availability.available else self.availability.reason
-        return EngineSummary(self.key, plans, skipped)
+        return EngineSummary(self.key, {m: p for m, p in plans.items() if p}, skipped)
+
+    def _installed(self, model: str) -> list[Path]:
+        result = self.chosen(model)
+        here = result.plan if result is not None else None
+        installed = [here] if here is not None else []
+        if self.previous_repository is not None:
+            installed += kept_plans(
+                self.previous_repository / model / "1",
+                self.cc_files.get(model, {}),
+                self.onnx_hashes.get(model, set()),
+                skip=here.name if here is not None else None,
+            )
+        return installed
 
     def problems(self) -> list[str]:
         return [
@@ -73,6 +90,43 @@ class EngineSet:
             for r in results
             if r.status is Status.FAILED
         ]
+
+
+def kept_plans(
+    previous: Path, cc_files: dict[str, str], onnx_hashes: set[str], skip: str | None
+) -> list[Path]:
+    """Plans of the previous repository's version folder for the other compute capabilities
+    (built on another GPU, so not checkable here): kept when their metadata matches the file,
+    its compute capability and an ONNX variant of the model as it is now."""
+    kept = []
+    for cc, name in sorted(cc_files.items()):
+        plan = previous / name
+        meta = read_metadata(plan) if name != skip and plan.is_file() else None
+        if meta is None or meta.plan_sha256 != sha256(plan) or meta.compute_capability != cc:
+            continue
+        if meta.onnx_sha256 in onnx_hashes:
+            kept.append(plan)
+    return kept
+
+
+def choose_plan(
+    results: list[EngineResult], named: Precision | None, fallback: Precision | None = None
+) -> EngineResult | None:
+    """The named precision's verified plan, else the fastest measured one, else (nothing measured)
+    ``fallback``'s, then INT8, FP16, FP32."""
+    ok = {r.precision: r for r in results if r.ok}
+    if named in ok:
+        return ok[named]
+    timed = [(ms, r.precision.value, r) for r in ok.values() if (ms := _ms_per_sample(r)) is not None]
+    if timed:
+        return min(timed, key=lambda t: (t[0], t[1]))[2]
+    order = [fallback, Precision.INT8, Precision.FP16, Precision.FP32]
+    return next((ok[p] for p in order if p in ok), None)
+
+
+def _ms_per_sample(result: EngineResult) -> float | None:
+    meta = read_metadata(result.plan) if result.plan is not None else None
+    return meta.ms_per_sample if meta is not None else None
 
 
 def skip_message(models: Iterable[ModelSpec], availability: TensorRTAvailability) -> str:
@@ -89,9 +143,16 @@ def build_all(
     require: bool,
     if_stale: bool = True,
     availability: TensorRTAvailability | None = None,
+    previous_repository: Path | None = None,
 ) -> EngineSet:
     found = availability or detect()
-    engines = EngineSet(found, served={m.spec.name: m.served for m in models if m.served is not None})
+    engines = EngineSet(
+        found,
+        served={m.spec.name: m.served for m in models if m.served is not None},
+        named={m.spec.name: p for m in models if (p := m.spec.serve.variant("gpu")) is not None},
+        cc_files={m.spec.name: cc_model_filenames(m.spec.engine) for m in models},
+        previous_repository=previous_repository,
+    )
     if not found.available:
         message = skip_message((m.spec for m in models), found)
         if require:
@@ -99,6 +160,8 @@ def build_all(
         log(message)
         return engines
     for m in models:
+        if engines.cc_files[m.spec.name]:  # only then are other GPUs' plans kept (and checked)
+            engines.onnx_hashes[m.spec.name] = {sha256(v) for v in m.variants.values() if v.is_file()}
         engines.results[m.spec.name] = plan_engines(
             m.spec,
             m.variants,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import builder
+from builder.engines.cuda_runtime import with_cudart
 
 ERROR_PREFIX = "tritonforge-engine-error: "  # the worker's one-line failure message
 _ROOT = Path(builder.__file__).resolve().parent.parent
@@ -23,8 +24,7 @@ class WorkerOutcome:
 
 def run_worker(request_file: Path, log: Path, timeout_s: float) -> WorkerOutcome:
     """The worker's stdout and stderr go to ``log``; its last error line becomes the message."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+    env = worker_env()
     cmd = [sys.executable, "-m", "builder.engines.worker", str(request_file)]
     with log.open("ab") as sink:
         try:
@@ -36,6 +36,14 @@ def run_worker(request_file: Path, log: Path, timeout_s: float) -> WorkerOutcome
     if proc.returncode < 0:
         return WorkerOutcome(False, f"TensorRT crashed the build process ({_signal_name(-proc.returncode)})")
     return WorkerOutcome(False, _last_error(log) or f"the build process exited with status {proc.returncode}")
+
+
+def worker_env() -> dict[str, str]:
+    """This environment, with the builder importable and the CUDA runtime's folders on
+    ``LD_LIBRARY_PATH`` (where Polygraphy's runner looks for libcudart)."""
+    env = with_cudart(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _signal_name(number: int) -> str:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.request import BuildRequest
@@ -25,6 +29,7 @@ FORMAT = 1
 class Fingerprint:
     onnx_sha256: str
     options_sha256: str
+    verification_sha256: str = ""  # the tolerance and evaluation data the plan was verified with
 
 
 @dataclass
@@ -40,6 +45,10 @@ class PlanMetadata:
     plan_sha256: str
     built_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     verification: dict[str, Any] = field(default_factory=dict)
+    profiles_verified: list[int] = field(default_factory=list)  # profiles the evaluation set ran on
+    verification_sha256: str = ""
+    ms_per_sample: float | None = None  # measured on the evaluation set's first batch, on this GPU
+    tensorrt_cuda: str = ""  # "cu12" / "cu13": builds of one TensorRT version for two CUDA majors
     format: int = FORMAT
 
 
@@ -103,6 +112,9 @@ def stale_reason(
         return f"cannot check it here: {availability.reason}"
     if meta.tensorrt_version != availability.version:
         return f"built with TensorRT {meta.tensorrt_version}, this machine has {availability.version}"
+    if meta.tensorrt_cuda != availability.cuda:
+        built, here = meta.tensorrt_cuda or "an unknown CUDA", availability.cuda or "an unknown CUDA"
+        return f"built with TensorRT {meta.tensorrt_version} for {built}, this machine's is for {here}"
     hardware = _hardware_mismatch(meta, availability.gpu.name, availability.gpu.compute_capability)
     if hardware:
         return hardware
@@ -110,7 +122,19 @@ def stale_reason(
         return "the ONNX model changed"
     if expected is not None and meta.options_sha256 != expected.options_sha256:
         return "the build options changed"
+    if expected is not None and expected.verification_sha256 != meta.verification_sha256:
+        return "the tolerance or the evaluation data changed: verified again"
     return None
+
+
+def verification_key(tolerance: object, arrays: Mapping[str, NDArray[Any]]) -> str:
+    """Hash of what a plan is verified with: the tolerance (as JSON) and the evaluation arrays."""
+    digest = hashlib.sha256(json.dumps(tolerance, sort_keys=True, default=str).encode())
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
 
 
 def is_stale(plan: Path, availability: TensorRTAvailability, expected: Fingerprint | None = None) -> bool:

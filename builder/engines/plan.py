@@ -7,9 +7,10 @@ with ``cc_model_filenames``) and beside it ``.json`` (metadata), ``.repro.sh``
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,22 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
+from builder.engines.calibrator import with_header
 from builder.engines.detect import TensorRTAvailability, detect
 from builder.engines.isolate import run_worker
 from builder.engines.metadata import (
+    Fingerprint,
     PlanMetadata,
     fingerprint,
     metadata_path,
     sha256,
     stale_reason,
+    verification_key,
     write_metadata,
 )
 from builder.engines.repro import write_repro
 from builder.engines.request import PLAN_PRECISIONS, BuildRequest, RecipeError, make_request
+from builder.engines.trt_runner import profiles_run
 from builder.errors import SpecError
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions, plan_filename
@@ -124,15 +129,34 @@ class _Job:
                 precision,
                 self.variants,
                 self.calibration_table,
-                self.found.major,
+                self.found.version,
                 plan=plan,
                 timing_cache=cache,
             )
         except RecipeError as exc:
             return self._failed(precision, plan, str(exc))
-        if if_stale and stale_reason(plan, self.found, fingerprint(req)) is None:
+        if req.calibration_table is not None:
+            req.calibration_table = str(self._headed_table(Path(req.calibration_table), plan))
+        if if_stale and stale_reason(plan, self.found, self._expected(precision, req)) is None:
             return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan)
         return self._build(precision, req, plan)
+
+    def _expected(self, precision: Precision, req: BuildRequest) -> Fingerprint:
+        tolerance = self.model.tolerances[precision].model_dump(mode="json")
+        arrays = {f"input:{k}": v for k, v in self.evaluation.inputs.items()}
+        arrays |= {f"reference:{k}": v for k, v in self.evaluation.reference.items()}
+        return replace(fingerprint(req), verification_sha256=verification_key(tolerance, arrays))
+
+    def _headed_table(self, table: Path, plan: Path) -> Path:
+        """The CPU stage's table under this TensorRT's header, beside the plan (``trtexec --calib``
+        in the reproduce script reads it too)."""
+        assert self.found.version is not None
+        out = plan.with_name("calibration.cache")
+        data = with_header(table.read_bytes(), self.found.version)
+        if not out.is_file() or out.read_bytes() != data:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+        return out
 
     def _build(self, precision: Precision, req: BuildRequest, plan: Path) -> EngineResult:
         staging = plan.parent / ".staging"
@@ -141,6 +165,13 @@ class _Job:
         req.plan = str(staging / plan.name)
         req.eval_inputs = str(staging / "inputs.npz")
         req.eval_outputs = str(staging / "outputs.npz")
+        req.eval_timing = str(staging / "timing.json")
+        try:
+            exercised = profiles_run(self.evaluation.inputs, req.batch_size, req.profiles)
+        except ValueError as exc:
+            return self._failed(
+                precision, plan, f"the evaluation set cannot run on this plan: {exc}", staging
+            )
         np.savez(req.eval_inputs, **dict(self.evaluation.inputs))
         (staging / "request.json").write_text(req.to_json(), encoding="utf-8")
         gpu = self.found.gpu
@@ -163,7 +194,9 @@ class _Job:
             return self._failed(
                 precision, plan, "the plan failed verification: " + "; ".join(failures), staging
             )
-        return self._keep(precision, req, plan, Path(req.plan), metrics, staging)
+        timing = Path(req.eval_timing)
+        ms = json.loads(timing.read_text(encoding="utf-8"))["ms_per_sample"] if timing.is_file() else None
+        return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised, ms)
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
         """The same comparison and tolerance as the CPU variants of this precision."""
@@ -183,10 +216,12 @@ class _Job:
         built: Path,
         metrics: dict[str, object],
         staging: Path,
+        exercised: list[int] | None = None,
+        ms_per_sample: float | None = None,
     ) -> EngineResult:
         gpu = self.found.gpu
         assert gpu is not None and self.found.version is not None
-        fp = fingerprint(req)
+        fp = self._expected(precision, req)
         built.replace(plan)
         write_metadata(
             plan,
@@ -201,10 +236,16 @@ class _Job:
                 options_sha256=fp.options_sha256,
                 plan_sha256=sha256(plan),
                 verification=metrics,
+                profiles_verified=exercised or [],
+                verification_sha256=fp.verification_sha256,
+                tensorrt_cuda=self.found.cuda,
+                ms_per_sample=ms_per_sample,
             ),
         )
         shutil.rmtree(staging, ignore_errors=True)
-        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified", plan)
+        unverified = [i for i in range(len(req.profiles)) if i not in (exercised or [])]
+        note = f" (no evaluation sample fits profiles {unverified}: not run)" if unverified else ""
+        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified" + note, plan)
 
     def _failed(
         self, precision: Precision, plan: Path, message: str, staging: Path | None = None

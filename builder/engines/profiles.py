@@ -53,3 +53,33 @@ def profile_shapes(model: ModelSpec) -> list[ProfileShapes]:
 def shapes_arg(shapes: ProfileShapes, which: str) -> str:
     """``trtexec``'s ``--minShapes`` style value: ``input:1x3x224x224,mask:1x8``."""
     return ",".join(f"{r.name}:{'x'.join(map(str, getattr(r, which)))}" for r in shapes)
+
+
+def triton_profiles(model: ModelSpec) -> list[str]:
+    """``instance_group.profile`` for the plan: every profile, so that Triton chooses one by the
+    request's shapes. Without the field Triton uses profile 0 only; empty for a single profile."""
+    count = len(profile_shapes(model))
+    return [str(i) for i in range(count)] if count > 1 else []
+
+
+def profile_for(shapes: dict[str, tuple[int, ...]], profiles: list[ProfileShapes]) -> int:
+    """The profile TensorRT runs these input shapes with: the first whose range holds them all
+    (Triton's choice among an instance group's profiles)."""
+    if not profiles:
+        return 0
+    for index, ranges in enumerate(profiles):
+        if all(_within(shapes.get(r.name), r) for r in ranges):
+            return index
+    held = "; ".join(
+        f"{i}: {' '.join(f'{r.name} {list(r.min)}..{list(r.max)}' for r in p)}"
+        for i, p in enumerate(profiles)
+    )
+    raise ValueError(f"input shapes {dict(shapes)} fit no optimization profile ({held})")
+
+
+def _within(shape: tuple[int, ...] | None, r: InputRange) -> bool:
+    return (
+        shape is not None
+        and len(shape) == len(r.min)
+        and all(lo <= s <= hi for lo, s, hi in zip(r.min, shape, r.max, strict=True))
+    )

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builder.engines.profiles import InputRange, profile_shapes
+from builder.engines.versions import missing_feature, parse
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions, Int8Mode
 
@@ -45,6 +46,7 @@ class BuildRequest:
     calibration_table: str | None = None
     eval_inputs: str | None = None  # .npz the worker runs the plan on
     eval_outputs: str | None = None  # .npz it writes the plan's outputs to
+    eval_timing: str | None = None  # .json it writes the plan's measured latency to
     batch_size: int = 1  # samples per inference; 0 = unbatched model, one sample at a time
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -67,11 +69,16 @@ def make_request(
     precision: Precision,
     variants: dict[Precision, Path],
     calibration_table: Path | None,
-    trt_major: int,
+    trt_version: str,
     *,
     plan: Path,
     timing_cache: Path,
 ) -> BuildRequest:
+    missing = missing_feature(trt_version, options.hardware_compatibility.name)
+    if missing:
+        field = f"engine.hardware_compatibility '{options.hardware_compatibility.value}'"
+        raise RecipeError(f"{field}: {missing}")
+    trt_major = parse(trt_version)[0]
     onnx, strongly_typed, flags, table = _recipe(options, precision, variants, calibration_table, trt_major)
     return BuildRequest(
         model=model.name,

@@ -71,15 +71,25 @@ def create_config(
     if req.workspace_mib is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, req.workspace_mib << 20)
     config.builder_optimization_level = req.optimization_level
-    config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.__members__[
-        req.hardware_compatibility
-    ]
+    config.hardware_compatibility_level = hardware_compatibility(req.hardware_compatibility)
     for name in req.builder_flags:
         config.set_flag(builder_flag(name))
     profiles = add_profiles(builder, network, config, req.profiles)
     if req.calibration_table is not None:
         set_table_calibrator(config, Path(req.calibration_table), profiles)
     return config
+
+
+def hardware_compatibility(name: str) -> trt.HardwareCompatibilityLevel:
+    import tensorrt as trt
+
+    level = trt.HardwareCompatibilityLevel.__members__.get(name)
+    if level is None:  # SAME_COMPUTE_CAPABILITY came in 10.9
+        raise EngineBuildError(
+            f"TensorRT {trt.__version__} has no HardwareCompatibilityLevel.{name}; "
+            f"it has {', '.join(trt.HardwareCompatibilityLevel.__members__)}"
+        )
+    return level
 
 
 def builder_flag(name: str) -> trt.BuilderFlag:
@@ -108,7 +118,13 @@ def add_profiles(
         for r in ranges:
             if r.name not in names:
                 raise EngineBuildError(f"profiles[{index}]: the ONNX model has no input '{r.name}'")
-            profile.set_shape(r.name, trt.Dims(list(r.min)), trt.Dims(list(r.opt)), trt.Dims(list(r.max)))
+            try:
+                profile.set_shape(r.name, trt.Dims(list(r.min)), trt.Dims(list(r.opt)), trt.Dims(list(r.max)))
+            except ValueError as exc:  # TensorRT checks 0 <= min <= opt <= max and the fixed dims
+                raise EngineBuildError(
+                    f"profiles[{index}]: TensorRT rejected the shapes of '{r.name}' "
+                    f"(min {list(r.min)}, opt {list(r.opt)}, max {list(r.max)}): {exc}"
+                ) from None
         if config.add_optimization_profile(profile) < 0:
             raise EngineBuildError(f"profiles[{index}]: TensorRT rejected the profile {ranges}")
         profiles.append(profile)
@@ -119,9 +135,11 @@ def set_table_calibrator(
     config: trt.IBuilderConfig, table: Path, profiles: list[trt.IOptimizationProfile]
 ) -> None:
     """TensorRT 10's implicit INT8 with the table the CPU stage wrote (no GPU calibration)."""
-    from builder.engines.calibrator import table_calibrator
+    import tensorrt as trt
 
-    config.int8_calibrator = table_calibrator(table.read_bytes())
+    from builder.engines.calibrator import table_calibrator, with_header
+
+    config.int8_calibrator = table_calibrator(with_header(table.read_bytes(), trt.__version__))
     if profiles:
         config.set_calibration_profile(profiles[0])
 

@@ -2,25 +2,51 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from builder.engines.profiles import ProfileShapes, profile_for
 
-def run_plan(plan: bytes, inputs: Mapping[str, NDArray[Any]], batch_size: int) -> dict[str, NDArray[Any]]:
-    """Outputs for every sample, fed ``batch_size`` at a time (0: one unbatched sample at a time)."""
+
+def run_plan(
+    plan: bytes,
+    inputs: Mapping[str, NDArray[Any]],
+    batch_size: int,
+    profiles: list[ProfileShapes] | None = None,
+) -> dict[str, NDArray[Any]]:
+    """Outputs for every sample, fed ``batch_size`` at a time (0: one unbatched sample at a time),
+    each batch under the profile Triton would choose for its shapes (not only profile 0)."""
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
+    feeds = list(batches(inputs, batch_size))
+    chosen = [profile_for({k: v.shape for k, v in f.items()}, profiles or []) for f in feeds]
+    engine = EngineFromBytes(plan)()
+    results: dict[int, dict[str, NDArray[Any]]] = {}
+    for profile in sorted(set(chosen)):
+        with TrtRunner(engine, optimization_profile=profile) as runner:
+            for i in (i for i, p in enumerate(chosen) if p == profile):
+                # copy: the runner reuses its buffers
+                results[i] = {
+                    name: np.array(value) for name, value in runner.infer(feed_dict=feeds[i]).items()
+                }
     chunks: dict[str, list[NDArray[Any]]] = {}
-    with TrtRunner(EngineFromBytes(plan)) as runner:
-        for feed in batches(inputs, batch_size):
-            outputs = runner.infer(feed_dict=feed)
-            for name, value in outputs.items():
-                array = np.array(value)  # copy: the runner reuses its buffers
-                chunks.setdefault(name, []).append(array if batch_size else array[None])
+    for i in range(len(feeds)):
+        for name, array in results[i].items():
+            chunks.setdefault(name, []).append(array if batch_size else array[None])
     return {name: np.concatenate(parts) for name, parts in chunks.items()}
+
+
+def profiles_run(
+    inputs: Mapping[str, NDArray[Any]], batch_size: int, profiles: list[ProfileShapes]
+) -> list[int]:
+    """The profiles :func:`run_plan` exercises on these inputs."""
+    return sorted(
+        {profile_for({k: v.shape for k, v in f.items()}, profiles) for f in batches(inputs, batch_size)}
+    )
 
 
 def batches(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> Iterator[dict[str, NDArray[Any]]]:
@@ -31,3 +57,26 @@ def batches(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> Iterator[dic
             yield {k: np.ascontiguousarray(v[start : start + step]) for k, v in inputs.items()}
         else:
             yield {k: np.ascontiguousarray(v[start]) for k, v in inputs.items()}
+
+
+def time_plan(
+    plan: bytes,
+    inputs: Mapping[str, NDArray[Any]],
+    batch_size: int,
+    profiles: list[ProfileShapes] | None = None,
+    repeats: int = 20,
+) -> float:
+    """Milliseconds per sample: the median of ``repeats`` runs of the first batch, after warm-up."""
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+
+    feed = next(batches(inputs, batch_size))
+    profile = profile_for({k: v.shape for k, v in feed.items()}, profiles or [])
+    samples = len(next(iter(feed.values()))) if batch_size else 1
+    times = []
+    with TrtRunner(EngineFromBytes(plan)(), optimization_profile=profile) as runner:
+        for i in range(repeats + 3):
+            start = time.perf_counter()
+            runner.infer(feed_dict=feed)
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+    return 1000.0 * sorted(times)[len(times) // 2] / samples

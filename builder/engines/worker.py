@@ -7,6 +7,7 @@ A failure ends with one ``ERROR_PREFIX`` line on stderr and exit status 3.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -33,10 +34,15 @@ def main(argv: list[str]) -> int:
 
         inputs = dict(np.load(req.eval_inputs, allow_pickle=False))
         try:
-            outputs = run_plan(plan, inputs, req.batch_size)
+            outputs = run_plan(plan, inputs, req.batch_size, req.profiles)
         except Exception as exc:  # a plan that does not run is a failed plan, with the reason
             return _fail(f"the plan was built but running it failed: {type(exc).__name__}: {exc}")
         np.savez(req.eval_outputs, **outputs)
+        if req.eval_timing:
+            from builder.engines.trt_runner import time_plan
+
+            ms = time_plan(plan, inputs, req.batch_size, req.profiles)
+            Path(req.eval_timing).write_text(json.dumps({"ms_per_sample": ms}), encoding="utf-8")
     return 0
 
 

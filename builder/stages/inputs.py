@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import modulefinder
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -18,7 +19,8 @@ from pydantic import BaseModel, ConfigDict
 
 from builder import __version__
 from builder.cache import file_hash, key_of, tree_hash
-from builder.spec import Calibration, DataSpec, DynamicInt8, Profile, TensorSpec, Tolerance
+from builder.spec import Calibration, DataSpec, DynamicInt8, ModelSpec, Profile, TensorSpec, Tolerance
+from builder.spec.engine import Int8Mode
 
 STAGE_VERSION = 1  # bump when a stage's output format changes
 
@@ -80,12 +82,56 @@ class Fp16Inputs(StageInputs):
     checked_sha256: str
 
 
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How the static INT8 variant is made for the target that serves it."""
+
+    # ONNX Runtime's default turns Conv/Gemm biases into INT32 behind a DequantizeLinear
+    # (so that its CPU kernels fuse); TensorRT refuses INT32 quantized data.
+    quantize_bias: bool = True
+    for_tensorrt: bool = False  # refuse what TensorRT's ONNX parser refuses
+    calibration_table: bool = False  # for TensorRT 10's implicit INT8 (engine.int8_mode: calibrator)
+    # 7-bit weights: ONNX Runtime's INT8 kernels on x86 without VNNI add pairs of u8 x s8
+    # products in 16 bits, which saturate with 8-bit weights (the tiny test model: min cosine
+    # 0.77 fused against 0.997 unfused; 0.9975 with 7-bit weights).
+    reduce_range: bool = False
+
+    def fields(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+TENSORRT_INT8 = Int8Recipe(quantize_bias=False, for_tensorrt=True)
+
+
+def int8_recipe(tensorrt: bool, model: ModelSpec | None = None) -> Int8Recipe:
+    """For a target that builds TensorRT plans from its INT8 variant, TensorRT's recipe; for one
+    that runs it in ONNX Runtime, ONNX Runtime's, with 7-bit weights on a CPU without VNNI."""
+    if not tensorrt:
+        return Int8Recipe(reduce_range=not cpu_has_vnni())
+    table = model is not None and model.engine.int8_mode is Int8Mode.CALIBRATOR
+    return replace(TENSORRT_INT8, calibration_table=table)
+
+
+@cache
+def cpu_has_vnni() -> bool:
+    """AVX-512 VNNI or AVX-VNNI: ONNX Runtime's INT8 dot products do not saturate there."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 class Int8Inputs(StageInputs):
     STAGE = "int8"
     TOOLS = ("onnx", "onnxruntime", "numpy")
     checked_sha256: str
     calibration: Calibration
     data: str  # fingerprint of the calibration data and its reader
+    recipe: dict[str, bool]
 
 
 class Int8DynamicInputs(StageInputs):

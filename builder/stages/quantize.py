@@ -1,7 +1,10 @@
 """INT8 variants: static explicit Q/DQ (TensorRT-compatible) and ORT dynamic (CPU only).
 
-Static quantization calibrates once: the ranges computed here feed both the Q/DQ
-model (through ORT's calibration cache) and the TensorRT calibration table.
+Static quantization calibrates once for the Q/DQ model (ranges through ORT's
+calibration cache). TensorRT 10's implicit INT8 (``engine.int8_mode: calibrator``)
+also wants a calibration table: it is computed on the graph TensorRT parses (the
+FP32 variant), whose tensor names and ranges can differ from the pre-processed or
+smoothed graph the Q/DQ model is made from.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
@@ -33,9 +36,13 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from builder.errors import BuildError, SpecError
 from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
+from builder.stages.inputs import Int8Recipe
 
-# Header of TensorRT's calibration cache text format; TensorRT skips a cache it cannot use.
-TRT_CACHE_HEADER = "TRT-8600-EntropyCalibration2"
+ONNX_RUNTIME_INT8 = Int8Recipe()
+
+# First line of the table written here; the engine builder replaces it with the header of
+# the TensorRT that reads it (TensorRT skips a cache whose header is not its own).
+TRT_CACHE_HEADER = "TRT-0-EntropyCalibration2"
 CALIBRATION_BATCH_CAP = 16
 # Samples per calibrator pass: bounds the intermediate outputs held in memory at once
 # (ORT keeps every intermediate tensor of a pass; about 10 MB a sample for resnet18).
@@ -87,9 +94,15 @@ def calibration_batch(model: ModelSpec) -> int:
 
 
 def quantize_int8(
-    model: ModelSpec, fp32_onnx: Path, samples: dict[str, np.ndarray], out_dir: Path
+    model: ModelSpec,
+    fp32_onnx: Path,
+    samples: dict[str, np.ndarray],
+    out_dir: Path,
+    recipe: Int8Recipe = ONNX_RUNTIME_INT8,
+    tensorrt_graph: Path | None = None,
 ) -> QuantizeResult:
-    """Static INT8 with symmetric explicit Q/DQ; also writes a TensorRT calibration table."""
+    """Static INT8 with symmetric explicit Q/DQ from ``fp32_onnx``; with ``recipe.calibration_table``
+    also TensorRT's calibration table for ``tensorrt_graph`` (default: ``fp32_onnx``)."""
     cal = model.calibration
     if cal is None:
         raise SpecError("int8 needs calibration data", model=model.name, field="calibration")
@@ -110,17 +123,39 @@ def quantize_int8(
             per_channel=cal.per_channel,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
+            reduce_range=recipe.reduce_range,
             nodes_to_exclude=_excluded_nodes(model, cal, fp32_onnx, pre),
             op_types_to_quantize=cal.op_types or None,
             calibrate_method=_METHODS[cal.method],
-            extra_options=dict(_SYMMETRIC),
+            extra_options={**_SYMMETRIC, "QuantizeBias": recipe.quantize_bias},
             calibration_cache_path=str(cache),
         )
-        _check_static(tmp / "int8.onnx", model.name)
-        write_trt_table(ranges, tmp / "table", activation_scales(tmp / "int8.onnx"))
+        _check_static(tmp / "int8.onnx", model.name, recipe)
+        if recipe.calibration_table:
+            graph = tensorrt_graph or fp32_onnx
+            _tensorrt_table(graph, cal, samples, calibration_batch(model), tmp, tmp / "table")
+            if graph.resolve() == fp32_onnx.resolve():
+                # Same graph: the tensors both quantize keep the Q/DQ model's scales (after
+                # ORT's range adjustments), so implicit and explicit INT8 agree.
+                write_trt_table(ranges_of(tmp / "table"), tmp / "table", activation_scales(tmp / "int8.onnx"))
+            os.replace(tmp / "table", table)
         os.replace(tmp / "int8.onnx", out)
-        os.replace(tmp / "table", table)
-    return QuantizeResult(onnx=out, calibration_table=table)
+    return QuantizeResult(onnx=out, calibration_table=table if recipe.calibration_table else None)
+
+
+def _tensorrt_table(
+    graph: Path, cal: Calibration, samples: dict[str, np.ndarray], batch: int, tmp: Path, out: Path
+) -> None:
+    """Calibrate every float tensor of the graph TensorRT parses, as it is (no pre-processing)."""
+    work = tmp / "tensorrt"
+    work.mkdir()
+    write_trt_table(_calibrate(graph, cal, samples, batch, work), out)
+
+
+def ranges_of(table: Path) -> dict[str, float]:
+    """Scales of a table written by :func:`write_trt_table`."""
+    pairs = (line.split(": ") for line in table.read_text(encoding="utf-8").splitlines()[1:])
+    return {name: struct.unpack(">f", bytes.fromhex(value))[0] for name, value in pairs}
 
 
 def quantize_int8_dynamic(model: ModelSpec, fp32_onnx: Path, out_dir: Path) -> Path:
@@ -196,9 +231,13 @@ def _excluded_nodes(model: ModelSpec, cal: Calibration, fp32_onnx: Path, pre: Pa
     return [n for n in cal.exclude_nodes if n in names] + by_type
 
 
-def _check_static(path: Path, model: str) -> None:
+def _check_static(path: Path, model: str, recipe: Int8Recipe) -> None:
     _load_in_ort(path, model, "int8")
     graph = onnx.load(str(path)).graph
+    if recipe.for_tensorrt:
+        problems = tensorrt_qdq_problems(graph)
+        if problems:
+            raise BuildError(f"model '{model}': int8: TensorRT cannot parse this Q/DQ graph: {problems[0]}")
     constants = {i.name for i in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     activations = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in constants]
@@ -207,6 +246,34 @@ def _check_static(path: Path, model: str) -> None:
             f"model '{model}': int8: the quantized graph has no QuantizeLinear/DequantizeLinear on "
             "activations (only weights were quantized); check calibration.op_types / exclusions"
         )
+
+
+# Element types TensorRT 10 takes as quantized data of a DequantizeLinear (INT4/FP4 for weights only).
+_TENSORRT_QUANTIZED = {
+    TensorProto.INT8,
+    TensorProto.FLOAT8E4M3FN,
+    TensorProto.INT4,
+    TensorProto.FLOAT4E2M1,
+}
+
+
+def tensorrt_qdq_problems(graph: onnx.GraphProto) -> list[str]:
+    """DequantizeLinear nodes TensorRT's ONNX parser refuses (an INT32 bias, for one)."""
+    types = {i.name: i.data_type for i in graph.initializer}
+    types |= {
+        n.output[0]: n.attribute[0].t.data_type
+        for n in graph.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
+    }
+    problems = []
+    for node in graph.node:
+        dtype = types.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if dtype is not None and dtype not in _TENSORRT_QUANTIZED:
+            problems.append(
+                f"DequantizeLinear '{node.name}' dequantizes {TensorProto.DataType.Name(dtype)} "
+                f"'{node.input[0]}' (TensorRT takes INT8/FP8/INT4 quantized data)"
+            )
+    return problems
 
 
 def _load_in_ort(path: Path, model: str, variant: str) -> None:
@@ -233,18 +300,27 @@ def activation_scales(path: Path) -> dict[str, float]:
     return scales
 
 
-def write_trt_table(ranges: TensorsData, path: Path, scales: dict[str, float] | None = None) -> Path:
+def write_trt_table(
+    ranges: TensorsData | dict[str, float], path: Path, scales: dict[str, float] | None = None
+) -> Path:
     """TensorRT's calibration cache: ``tensor: hex(float32 scale)``, scale = amax / 127.
 
-    ``scales`` (those the Q/DQ model uses) take precedence over the raw calibrated ranges."""
+    ``ranges`` are calibrated ranges (or scales); ``scales`` (those the Q/DQ model uses) take
+    precedence for the tensors ``ranges`` has."""
     scales = scales or {}
     lines = [TRT_CACHE_HEADER]
-    for name in sorted(set(ranges.keys()) | set(scales)):
+    for name in sorted(ranges.keys()):
         scale = scales.get(name)
         if scale is None:
-            lowest, highest = ranges[name].range_value
-            amax = float(max(np.abs(lowest).max(), np.abs(highest).max()))
-            scale = amax / 127.0 if amax > 0 else 1.0 / 127.0
+            scale = _scale(ranges[name])
         lines.append(f"{name}: {struct.pack('>f', scale).hex()}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _scale(value: object) -> float:
+    if isinstance(value, float):
+        return value
+    lowest, highest = value.range_value  # type: ignore[attr-defined]
+    amax = float(max(np.abs(lowest).max(), np.abs(highest).max()))
+    return amax / 127.0 if amax > 0 else 1.0 / 127.0

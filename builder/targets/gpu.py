@@ -11,6 +11,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import ONNX_FILE, model_io_config, set_batching, set_instances, set_warmup
+from builder.engines.profiles import triton_profiles
 from builder.errors import SpecError, VerificationError
 from builder.records import GPU_PREFERENCE, EngineSummary, ModelBuild
 from builder.spec import InstanceKind, ModelSpec, Precision
@@ -62,6 +63,8 @@ class GpuTarget(Target):
             cfg.optimization.cuda.graphs = True
         set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
         set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        # Every TensorRT profile selectable: without this Triton uses profile 0 only.
+        cfg.instance_group[0].profile.extend(triton_profiles(model))
         set_warmup(cfg, model)
         return cfg
 
@@ -69,10 +72,11 @@ class GpuTarget(Target):
         model = build.spec
         assert build.served is not None
         cfg = self.core_config(model, model.name, build.served)
-        installed = engines.plans.get(model.name) if engines is not None else None
         artifacts: dict[str, Path] = {}
-        if installed is not None:
-            artifacts = {installed.plan.name: installed.plan, installed.metadata.name: installed.metadata}
+        for installed in engines.plans.get(model.name, []) if engines is not None else []:
+            artifacts.update(
+                {installed.plan.name: installed.plan, installed.metadata.name: installed.metadata}
+            )
         return ModelEntry(cfg, artifacts, variant=build.served)
 
     def fallback_config(self, model: ModelSpec) -> ModelConfig:

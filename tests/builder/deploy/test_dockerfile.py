@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -63,11 +64,32 @@ def test_runs_as_non_root_with_health_check_and_entrypoint() -> None:
     assert entry is not None and "/opt/tritonforge/entrypoint.sh" in entry[1]
 
 
+def server_stage() -> list[str]:
+    """The serving stage's instructions, continuation lines joined."""
+    text = DOCKERFILE.split(" AS server\n", 1)[1].replace("\\\n", " ")
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_user_owns_the_folder_the_repository_is_published_in(tmp_path: Path) -> None:
+    from builder.publish import staging_dir
+
+    lines = server_stage()
+    env = " ".join(line for line in lines if line.startswith("ENV "))
+    repo = Path(re.search(r"TRITONFORGE_REPOSITORY=(\S+)", env)[1])
+    assert staging_dir(tmp_path / repo.name).parent == tmp_path  # publishing writes beside the repository
+    (user,) = {line.split()[1] for line in lines if line.startswith("USER ")}
+    uid, gid = user.split(":")
+    workdir = next(i for i, line in enumerate(lines) if line == f"WORKDIR {repo.parent}")
+    made = f"install -d -o {uid} -g {gid} {repo.parent}"
+    # WORKDIR would create it root-owned; it must exist, owned by the user, before that.
+    assert any(made in line for line in lines[:workdir] if line.startswith("RUN ")), lines[:workdir]
+
+
 def test_runtime_requirements_match_pyproject() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    pinned = dict(d.split("==") for d in pyproject["project"]["dependencies"] if "==" in d)
+    pinned = {_name(d): d.split("==")[1] for d in pyproject["project"]["dependencies"] if "==" in d}
     lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
-    runtime = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    runtime = {_name(line): line.split("==")[1] for line in lines if line and not line.startswith("#")}
     assert runtime and all(pinned.get(name) == version for name, version in runtime.items()), runtime
 
 
@@ -89,20 +111,43 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in BLOCKED:
             raise ImportError("not in the serving image: " + name)
 sys.meta_path.insert(0, Block())
-import builder.cli, builder.cli.engines, builder.pipeline, builder.python_models.image_preprocess.model
 """
+ENTRY_IMPORTS = (
+    "import builder.cli, builder.cli.engines, builder.pipeline, builder.python_models.image_preprocess.model"
+)
 
 
-def test_serving_image_packages_cover_what_engines_and_python_models_import() -> None:
-    """Everything pyproject installs but the serving image does not (and torch) must stay unimported."""
+def _name(requirement: str) -> str:
+    return re.split(r"[\[=<>]", requirement)[0]
+
+
+def blocked_imports() -> set[str]:
+    """What pyproject installs but the serving image does not (and torch), as import names."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    names = {re.split(r"[\[=<>]", d)[0] for d in pyproject["project"]["dependencies"]} | {"torch"}
+    names = {_name(d) for d in pyproject["project"]["dependencies"]} | {"torch"}
     lines = (ROOT / "deploy" / "requirements-runtime.txt").read_text().splitlines()
-    runtime = {line.split("==")[0] for line in lines if line and not line.startswith("#")}
-    blocked = {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
-    assert "torch" in blocked and "pytriton" in blocked
-    code = f"BLOCKED = {sorted(blocked)!r}\n{BLOCKER}"
+    runtime = {_name(line) for line in lines if line and not line.startswith("#")}
+    return {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names - runtime}
+
+
+def serving_site(folder: Path, then: str = "") -> Path:
+    """A ``sitecustomize`` that makes every Python started with ``folder`` on PYTHONPATH
+    refuse what the serving image lacks (build subprocesses included), then runs ``then``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(f"BLOCKED = {sorted(blocked_imports())!r}\n{BLOCKER}\n{then}\n")
+    return folder
+
+
+def test_serving_image_packages_cover_what_engines_and_python_models_import(tmp_path: Path) -> None:
+    """Everything pyproject installs but the serving image does not (and torch) must stay unimported."""
+    blocked = blocked_imports()
+    assert "torch" in blocked and "pytriton" in blocked and "tritonclient" not in blocked
+    env = {**os.environ, "PYTHONPATH": f"{serving_site(tmp_path / 'site')}{os.pathsep}{ROOT}"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "not in the serving image: torch" in probe.stderr  # the blocker is in force
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", ENTRY_IMPORTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]

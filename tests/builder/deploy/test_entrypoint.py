@@ -64,23 +64,50 @@ def forge_args(tmp_path: Path) -> list[str] | None:
 
 def test_builds_stale_engines_for_the_gpu_then_serves(tmp_path: Path) -> None:
     _, args = run(tmp_path, TRITONFORGE_REPOSITORY="/models", TRITONFORGE_SPEC="/spec.yaml")
-    assert forge_args(tmp_path) == ["engines", "--if-stale", "--spec", "/spec.yaml", "--repo", "/models"]
+    assert forge_args(tmp_path) == [
+        "engines",
+        "--if-stale",
+        "--require-engines",  # a plan that cannot be built stops the start: its model would not load
+        "--spec",
+        "/spec.yaml",
+        "--repo",
+        "/models",
+    ]
     assert "--model-repository=/models" in args
 
 
 @pytest.mark.parametrize(
     ("gpu", "env"),
     [
-        (False, {}),
         (True, {"TRITONFORGE_REPOSITORY": "s3://bucket/repo"}),
         (True, {"TRITONFORGE_SKIP_ENGINES": "1"}),
+        (False, {"TRITONFORGE_SKIP_ENGINES": "1"}),
     ],
 )
-def test_no_engine_build_without_gpu_for_remote_repos_or_when_skipped(
+def test_no_engine_build_for_remote_repos_or_when_skipped(
     tmp_path: Path, gpu: bool, env: dict[str, str]
 ) -> None:
     run(tmp_path, gpu=gpu, **env)
     assert forge_args(tmp_path) is None
+
+
+def refused(tmp_path: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path), **env}
+    result = subprocess.run(
+        ["bash", str(ENTRYPOINT)], env=full_env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode != 0 and not (tmp_path / "server").exists(), result.stderr
+    return result
+
+
+@pytest.mark.parametrize("env", [{}, {"TRITONFORGE_REPOSITORY": "s3://bucket/repo"}])
+def test_without_a_gpu_it_refuses_to_start_and_says_why(tmp_path: Path, env: dict[str, str]) -> None:
+    result = refused(tmp_path, fake_bin(tmp_path, gpu=False), **env)
+    assert forge_args(tmp_path) is None
+    (line,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert line.startswith("entrypoint: error: no GPU visible") and "cannot serve here" in line
+    assert "--gpus" in line and "--target cpu" in line
+    assert "fallback serves" not in line
 
 
 def test_safe_defaults_and_extra_arguments_last(tmp_path: Path) -> None:
@@ -104,10 +131,14 @@ def test_without_a_key_the_restricted_endpoints_get_an_unguessable_one(tmp_path:
 
 def test_a_failed_engine_build_stops_the_container(tmp_path: Path) -> None:
     bin_dir = fake_bin(tmp_path, gpu=True)
-    (bin_dir / "tritonforge").write_text("#!/bin/bash\nexit 3\n")
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path)}
-    result = subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, timeout=30)
-    assert result.returncode == 3 and not (tmp_path / "server").exists()
+    (bin_dir / "tritonforge").write_text(
+        "#!/bin/bash\necho 'error: engines: tiny int8: failed' >&2\nexit 3\n"
+    )
+    result = refused(tmp_path, bin_dir)
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert lines[-2:][0] == "error: engines: tiny int8: failed"  # tritonforge's own message, then why
+    assert lines[-1].startswith("entrypoint: error: not starting tritonserver: a TensorRT plan could not")
 
 
 # The real server: the flags parse, the restrictions hold, SIGTERM reaches it.

@@ -5,6 +5,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from engine_support import a10, calibration_table, trt10, trt11, variants
+from engine_support import a10, calibration_table, trt10, trt11, trt108, variants
 
-__all__ = ["a10", "calibration_table", "trt10", "trt11", "variants"]
+__all__ = ["a10", "calibration_table", "trt10", "trt11", "trt108", "variants"]

@@ -52,7 +52,8 @@ def _install_double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: st
     monkeypatch.setenv("TRT_DOUBLE_JOURNAL", str(journal))
     tensorrt.JOURNAL.clear()
     yield TrtDouble(tensorrt, journal)
-    sys.modules.pop("tensorrt", None)
+    for name in [m for m in sys.modules if m == "tensorrt" or m == "cuda" or m.startswith("cuda.")]:
+        del sys.modules[name]  # the CUDA double too (detection imported it)
     if saved is not None:
         sys.modules["tensorrt"] = saved
 
@@ -65,6 +66,12 @@ def trt10(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrtDouble
 @pytest.fixture
 def trt11(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrtDouble]:
     yield from _install_double(monkeypatch, tmp_path, "11.4.0.1")
+
+
+@pytest.fixture
+def trt108(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrtDouble]:
+    """The oldest supported TensorRT: no HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY yet."""
+    yield from _install_double(monkeypatch, tmp_path, "10.8.0.43")
 
 
 @pytest.fixture
@@ -100,7 +107,8 @@ def variants(tmp_path: Path) -> dict[Precision, Path]:
 @pytest.fixture
 def calibration_table(tmp_path: Path) -> Path:
     path = tmp_path / "calibration.cache"
-    path.write_text("TRT-100130-EntropyCalibration2\ninput: 3c010a14\n")
+    # The header the CPU stage once hard-coded (TensorRT 8.6's): TensorRT 10 skips such a cache.
+    path.write_text("TRT-8600-EntropyCalibration2\ninput: 3c010a14\nlogits: 3c010a14\n")
     return path
 
 

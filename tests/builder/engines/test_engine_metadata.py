@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from builder.engines.detect import GPU, TensorRTAvailability
-from builder.engines.metadata import Fingerprint, PlanMetadata, sha256, stale_reason, write_metadata
+from builder.engines.detect import GPU, TensorRTAvailability, cuda_flavour
+from builder.engines.metadata import (
+    Fingerprint,
+    PlanMetadata,
+    sha256,
+    stale_reason,
+    verification_key,
+    write_metadata,
+)
 
 BUILT_ON = TensorRTAvailability(True, "", "10.13.0.35", GPU("NVIDIA A10", "8.6"))
 FP = Fingerprint("onnx-hash", "options-hash")
 
 
-def _plan(tmp_path: Path, compat: str = "NONE") -> Path:
+def _plan(tmp_path: Path, compat: str = "NONE", cuda: str = "", verified_with: str = "") -> Path:
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"serialized engine")
     write_metadata(
@@ -28,6 +36,8 @@ def _plan(tmp_path: Path, compat: str = "NONE") -> Path:
             onnx_sha256=FP.onnx_sha256,
             options_sha256=FP.options_sha256,
             plan_sha256=sha256(plan),
+            tensorrt_cuda=cuda,
+            verification_sha256=verified_with,
         ),
     )
     return plan
@@ -85,3 +95,30 @@ def test_a_changed_or_missing_plan_or_metadata_is_stale(tmp_path: Path) -> None:
     assert stale_reason(plan, _here(), FP) == "no readable metadata"
     plan.unlink()
     assert stale_reason(plan, _here(), FP) == "no plan"
+
+
+def test_a_plan_for_another_cuda_build_of_the_same_tensorrt_is_stale(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, cuda="cu12")
+    here = TensorRTAvailability(True, "", "10.13.0.35", GPU("NVIDIA A10", "8.6"), cuda="cu13")
+    assert (
+        stale_reason(plan, here, FP) == "built with TensorRT 10.13.0.35 for cu12, this machine's is for cu13"
+    )
+    assert stale_reason(_plan(tmp_path, cuda="cu13"), here, FP) is None
+    assert cuda_flavour(["tensorrt-cu13-bindings", "numpy"]) == "cu13"
+    assert cuda_flavour(["tensorrt_cu12_libs", "tensorrt-cu12"]) == "cu12"
+    assert cuda_flavour(["tensorrt_stubs"]) == ""
+
+
+def test_a_changed_tolerance_or_evaluation_set_verifies_again(tmp_path: Path) -> None:
+    key = verification_key({"min_cosine": 0.999}, {"input": np.zeros((2, 3), np.float32)})
+    plan = _plan(tmp_path, verified_with=key)
+    assert stale_reason(plan, _here(), Fingerprint(FP.onnx_sha256, FP.options_sha256, key)) is None
+    for other in (
+        verification_key({"min_cosine": 0.99}, {"input": np.zeros((2, 3), np.float32)}),
+        verification_key({"min_cosine": 0.999}, {"input": np.ones((2, 3), np.float32)}),
+    ):
+        expected = Fingerprint(FP.onnx_sha256, FP.options_sha256, other)
+        assert (
+            stale_reason(plan, _here(), expected)
+            == "the tolerance or the evaluation data changed: verified again"
+        )

@@ -13,14 +13,18 @@ from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
 from builder.engines.plan import Evaluation, Status, _Job, engine_options, plan_engines
 from builder.engines.request import make_request
-from builder.spec import Precision
+from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
 from builder.stages.verify import run_onnx
 
 
-def _evaluation(variants: dict[Precision, Path]) -> Evaluation:
-    inputs = eval_inputs()
+def _evaluation(variants: dict[Precision, Path], inputs: dict[str, np.ndarray] | None = None) -> Evaluation:
+    inputs = inputs or eval_inputs()
     return Evaluation(inputs, run_onnx(variants[Precision.FP32], inputs, batch_size=4))
+
+
+def eval_inputs_shaped(*dims: int, samples: int = 20) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(1).standard_normal((samples, *dims)).astype(np.float32)}
 
 
 def _plan(tmp_path, variants, a10, precisions, **kw):
@@ -61,13 +65,121 @@ def test_a_parser_error_in_the_worker_names_the_node(trt10, tmp_path, variants, 
     assert "TensorRT's ONNX parser rejected int8.onnx: node 'relu0' (Conv)" in result.message
 
 
+def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, variants, a10) -> None:
+    results = _plan(tmp_path, variants, a10, [Precision.FP32, Precision.FP16, Precision.INT8])
+    note = " (no evaluation sample fits profiles [1]: not run)"  # 8x8 images: profile 0 only
+    assert [(r.precision, r.status, r.message) for r in results] == [
+        (p, Status.BUILT, "built and verified" + note)
+        for p in (Precision.FP32, Precision.FP16, Precision.INT8)
+    ]
+    for r in results:
+        assert r.plan is not None and r.plan.read_bytes().startswith(b"PLAN-DOUBLE")
+        meta = read_metadata(r.plan)
+        assert meta is not None and meta.verification["logits"]["min_cosine"] == pytest.approx(1.0)
+        assert not (r.plan.parent / ".staging").exists()
+    # each plan ran in its own worker, on the 6 evaluation samples at once (max_batch_size 16),
+    # then again to time it
+    assert {str(e) for e in trt10.named("infer")} == {str([0, {"input": [6, 3, 8, 8]}])}
+    assert len(trt10.named("infer")) == 3 * (1 + 23)
+    for r in results:
+        meta = read_metadata(r.plan)
+        assert meta is not None and meta.ms_per_sample is not None and meta.ms_per_sample > 0
+
+
 def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a10) -> None:
-    # The double builds a plan but cannot execute it, as on a machine where running fails.
-    (result,) = _plan(tmp_path, variants, a10, [Precision.FP32])
-    assert result.status is Status.FAILED and "running it failed" in result.message
+    # 20x20 images fit neither profile (4-16 and 32-64): TensorRT refuses the shape at run time.
+    evaluation = _evaluation(variants, eval_inputs_shaped(3, 20, 20))
+    (result,) = plan_engines(
+        tiny_model(),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=evaluation,
+        precisions=[Precision.FP32],
+        availability=a10,
+    )
+    assert result.status is Status.FAILED
+    assert (
+        "the evaluation set cannot run on this plan: input shapes {'input': (16, 3, 20, 20)} fit no"
+        in result.message
+    )
     plan = tmp_path / "engines" / "fp32" / "model.plan"
     assert not plan.exists() and read_metadata(plan) is None
     assert not (plan.parent / ".staging").exists()
+
+
+def test_each_batch_runs_under_the_profile_triton_would_choose(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    # 8x8 images fit profile 0, 40x40 only profile 1: before, every batch ran under profile 0
+    small, large = eval_inputs_shaped(3, 8, 8, samples=16), eval_inputs_shaped(3, 40, 40, samples=16)
+    for name, data in (("small", small), ("large", large)):
+        (result,) = plan_engines(
+            tiny_model(),
+            variants,
+            None,
+            tmp_path / name,
+            tmp_path / "cache",
+            evaluation=_evaluation(variants, data),
+            precisions=[Precision.FP32],
+            availability=a10,
+        )
+        assert result.status is Status.BUILT, result.message
+    assert trt10.named("TrtRunner") == [[0], [0], [1], [1]]  # run, then timed
+    meta = read_metadata(tmp_path / "large" / "fp32" / "model.plan")
+    assert meta is not None and meta.profiles_verified == [1]
+
+
+def test_the_gpu_config_lets_triton_select_every_profile() -> None:
+    from builder.targets import get
+
+    def profiles(model: ModelSpec, target: str) -> list[list[str]]:
+        cfg = get(target).core_config(model, model.name, Precision.FP16)
+        return [list(g.profile) for g in cfg.instance_group]
+
+    assert profiles(tiny_model(), "gpu") == [["0", "1"]]
+    assert profiles(tiny_model(profiles=tiny_model().model_dump()["profiles"][:1]), "gpu") == [[]]
+    assert profiles(tiny_model(), "cpu") == [[]]
+
+
+def test_a_plan_whose_outputs_differ_fails_verification_and_is_dropped(
+    trt10, tmp_path, variants, a10
+) -> None:
+    inputs = eval_inputs()
+    wrong = {"logits": -run_onnx(variants[Precision.FP32], inputs, batch_size=4)["logits"]}
+    (result,) = plan_engines(
+        tiny_model(),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=Evaluation(inputs, wrong),
+        precisions=[Precision.FP16],
+        availability=a10,
+    )
+    assert result.status is Status.FAILED and "the plan failed verification" in result.message
+    assert "min_cosine" in result.message and not (tmp_path / "engines" / "fp16" / "model.plan").exists()
+
+
+def test_a_calibrator_plan_reads_the_table_under_this_tensorrts_header(
+    trt10: TrtDouble, tmp_path, variants, a10, calibration_table
+) -> None:
+    (result,) = plan_engines(
+        tiny_model(engine={"int8_mode": "calibrator"}),
+        variants,
+        calibration_table,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.INT8],
+        availability=a10,
+    )
+    assert result.status is Status.BUILT, result.message
+    headed = tmp_path / "engines" / "int8" / "calibration.cache"
+    assert headed.read_text().splitlines()[0] == "TRT-101300-EntropyCalibration2"
+    assert f"--calib={headed}" in (tmp_path / "engines" / "int8" / "model.plan.repro.sh").read_text()
+    assert trt10.named("calibration_cache_rejected") == []
 
 
 def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path, variants, a10) -> None:
@@ -80,8 +192,37 @@ def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path,
     assert trt10.events() == []  # no build process was started
     newer = TensorRTAvailability(True, "", "10.14.1.48", a10.gpu)
     (rebuilt,) = _plan(tmp_path, variants, newer, [Precision.FP16], if_stale=True)
-    assert rebuilt.status is Status.FAILED  # rebuilt (and failed to run here), so not served
+    assert rebuilt.status is Status.BUILT and rebuilt.plan == plan  # rebuilt, run and verified
     assert trt10.named("Builder") == [[]]
+
+
+def test_a_fresh_plan_is_verified_again_when_its_tolerance_changes(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    (first,) = _plan(tmp_path, variants, a10, [Precision.FP16])
+    assert first.status is Status.BUILT
+    (again,) = _plan(tmp_path, variants, a10, [Precision.FP16], if_stale=True)
+    assert again.status is Status.FRESH
+    stricter = tiny_model(
+        tolerances={
+            "fp32": {"min_cosine": 0.9999},
+            "fp16": {"min_cosine": 0.99999},
+            "int8": {"mean_cosine": 0.99},
+        }
+    )
+    (checked,) = plan_engines(
+        stricter,
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.FP16],
+        availability=a10,
+        if_stale=True,
+    )
+    assert checked.status is Status.BUILT  # run and verified again under the new tolerance
+    assert len(trt10.named("Builder")) == 2
 
 
 def test_verification_uses_the_cpu_tolerances_and_metadata_records_it(tmp_path, variants, a10) -> None:
@@ -149,7 +290,14 @@ def _job(tmp_path: Path, variants: dict[Precision, Path], a10: TensorRTAvailabil
 
 def _request(job: _Job, precision: Precision, plan: Path):
     return make_request(
-        job.model, job.options, precision, job.variants, None, 10, plan=plan, timing_cache=job.cache_dir / "x"
+        job.model,
+        job.options,
+        precision,
+        job.variants,
+        None,
+        "10.13.0.35",
+        plan=plan,
+        timing_cache=job.cache_dir / "x",
     )
 
 

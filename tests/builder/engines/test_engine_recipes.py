@@ -59,6 +59,9 @@ def test_cc_model_filenames_name_one_plan_per_compute_capability() -> None:
     assert plan_filename(EngineOptions(), "8.6") == "model.plan"
 
 
+VERSIONS = {10: "10.13.0.35", 11: "11.4.0.1"}
+
+
 def _request(variants, table, precision, major, **options):
     return make_request(
         tiny_model(),
@@ -66,7 +69,7 @@ def _request(variants, table, precision, major, **options):
         precision,
         variants,
         table,
-        major,
+        VERSIONS.get(major, major),
         plan=Path("/out/model.plan"),
         timing_cache=Path("/cache/timing.cache"),
     )
@@ -118,3 +121,19 @@ def test_trtexec_command_matches_the_request(variants) -> None:
     assert cmd.count("--minShapes=input:1x3x4x4") == 1 and "--maxShapes=input:16x3x64x64" in cmd
     assert "--memPoolSize=workspace:512M" in cmd and "--builderOptimizationLevel=4" in cmd
     assert "--timingCacheFile=/cache/timing.cache" in cmd
+
+
+def test_same_compute_capability_needs_10_9_and_the_request_says_so(variants) -> None:
+    with pytest.raises(
+        RecipeError,
+        match=r"engine.hardware_compatibility 'same_compute_capability': "
+        r"HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY needs TensorRT 10.9 or newer; "
+        r"this machine has 10.8.0.43",
+    ):
+        _request(
+            variants, None, Precision.FP16, "10.8.0.43", hardware_compatibility="same_compute_capability"
+        )
+    assert _request(
+        variants, None, Precision.FP16, "10.9.0.34", hardware_compatibility="same_compute_capability"
+    )
+    assert _request(variants, None, Precision.FP16, "10.8.0.43", hardware_compatibility="ampere_plus")

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from engine_support import TrtDouble, tiny_model
 
+from builder.engines.calibrator import calibration_header, with_header
+from builder.engines.profiles import InputRange
 from builder.engines.request import BuildRequest, make_request
 from builder.engines.trt_loader import EngineBuildError, build_plan
 from builder.spec import Precision
@@ -29,7 +31,7 @@ def _request(tmp_path: Path, variants, precision, major, table=None, **options) 
         precision,
         variants,
         table,
-        major,
+        {10: "10.13.0.35", 11: "11.4.0.1"}[major],
         plan=tmp_path / "model.plan",
         timing_cache=tmp_path / "cache" / "timing.cache",
     )
@@ -68,29 +70,59 @@ def test_int8_explicit_parses_the_qdq_onnx_without_flags(fixture, request, tmp_p
     assert double.named("config.int8_calibrator") == []
 
 
-def test_int8_calibrator_on_10_feeds_the_table_and_no_batches(
+def test_int8_calibrator_on_10_feeds_the_table_under_the_running_versions_header(
     trt10, tmp_path, variants, calibration_table
 ) -> None:
     req = _request(tmp_path, variants, Precision.INT8, 10, calibration_table, int8_mode=Int8Mode.CALIBRATOR)
-    build_plan(req)
+    build_plan(req)  # the table's header is TensorRT 8.6's: TensorRT skips such a cache, then fails
     assert trt10.named("set_flag") == [["INT8"], ["FP16"]]
     ((calibrator,),) = trt10.named("config.int8_calibrator")
+    body = calibration_table.read_text().split("\n", 1)[1]
     assert calibrator == {
         "class": "IInt8EntropyCalibrator2",
-        "table": calibration_table.read_text(),
+        "table": "TRT-101300-EntropyCalibration2\n" + body,
         "batch": [],
     }
+    assert trt10.named("calibration_cache_rejected") == []
+    assert trt10.named("calibration_unknown_tensors") == [[[]]]  # every name is a tensor of the graph parsed
     assert trt10.named("set_calibration_profile") == [[0]]
+
+
+def test_calibration_header_follows_tensorrts_version_number() -> None:
+    assert calibration_header("10.13.3.9") == "TRT-101303-EntropyCalibration2"
+    assert calibration_header("10.8.0.43") == "TRT-100800-EntropyCalibration2"
+    assert (
+        with_header(b"TRT-0-EntropyCalibration2\nx: 3c\n", "10.9.0.34")
+        == b"TRT-100900-EntropyCalibration2\nx: 3c\n"
+    )
+
+
+def _saved_cache(*entries: str) -> bytes:
+    return b"TIMING-DOUBLE 10.13.0.35 sm86\n" + "".join(entries).encode()
 
 
 def test_timing_cache_is_created_saved_and_reused(trt10: TrtDouble, tmp_path: Path, variants) -> None:
     req = _request(tmp_path, variants, Precision.FP32, 10)
     build_plan(req)
-    saved = Path(req.timing_cache).read_bytes()
-    assert saved == b"+timing"
+    assert Path(req.timing_cache).read_bytes() == _saved_cache("+timing")
     build_plan(req)
-    assert trt10.named("create_timing_cache") == [[""], ["+timing"]]
-    assert Path(req.timing_cache).read_bytes() == b"+timing+timing"
+    assert trt10.named("create_timing_cache") == [[""], [_saved_cache("+timing").decode()]]
+    assert trt10.named("set_timing_cache") == [[True], [True]]
+    assert Path(req.timing_cache).read_bytes() == _saved_cache("+timing", "+timing")
+
+
+@pytest.mark.parametrize(
+    "old", [b"TIMING-DOUBLE 10.12.0.36 sm86\n+timing", b"TIMING-DOUBLE 10.13.0.35 sm89\n+timing", b"garbage"]
+)
+def test_a_timing_cache_of_another_version_or_gpu_is_replaced_not_fatal(
+    trt10: TrtDouble, tmp_path: Path, variants, old: bytes
+) -> None:
+    req = _request(tmp_path, variants, Precision.FP32, 10)
+    Path(req.timing_cache).parent.mkdir(parents=True)
+    Path(req.timing_cache).write_bytes(old)
+    assert build_plan(req).startswith(b"PLAN-DOUBLE")
+    assert trt10.named("set_timing_cache") == [[False], [True]]  # refused, then a fresh one
+    assert Path(req.timing_cache).read_bytes() == _saved_cache("+timing")
 
 
 def test_parser_errors_name_the_node(trt10, tmp_path, variants, monkeypatch) -> None:
@@ -104,3 +136,59 @@ def test_a_build_without_engine_is_an_error(trt10, tmp_path, variants, monkeypat
     with pytest.raises(EngineBuildError, match="built no engine"):
         build_plan(_request(tmp_path, variants, Precision.FP32, 10))
     assert not Path(_request(tmp_path, variants, Precision.FP32, 10).timing_cache).exists()
+
+
+def test_shapes_tensorrt_refuses_fail_with_the_profile_and_input_named(trt10, tmp_path, variants) -> None:
+    req = _request(tmp_path, variants, Precision.FP32, 10)
+    req.profiles[1] = [InputRange("input", (1, 3, 32, 32), (8, 3, 16, 16), (16, 3, 64, 64))]  # opt < min
+    with pytest.raises(
+        EngineBuildError, match=r"profiles\[1\]: TensorRT rejected the shapes of 'input' .*min <= opt"
+    ):
+        build_plan(req)
+
+
+def test_a_profile_that_does_not_fit_the_network_is_refused(trt10, tmp_path, variants) -> None:
+    req = _request(tmp_path, variants, Precision.FP32, 10)
+    req.profiles[0] = [InputRange("input", (1, 4, 4, 4), (4, 4, 8, 8), (16, 4, 16, 16))]  # 4 channels, not 3
+    with pytest.raises(EngineBuildError, match=r"profiles\[0\]: TensorRT rejected the profile"):
+        build_plan(req)
+    assert trt10.named("add_optimization_profile") == [[-1]]
+
+
+def test_a_dynamic_network_without_a_profile_builds_no_engine(trt10, tmp_path, variants) -> None:
+    req = _request(tmp_path, variants, Precision.FP32, 10)
+    req.profiles = []
+    with pytest.raises(EngineBuildError, match="built no engine"):
+        build_plan(req)
+    assert "no optimization profile" in trt10.named("error")[0][0]
+
+
+def test_same_compute_capability_on_10_8_says_it_is_unavailable(trt108, tmp_path, variants) -> None:
+    req = _request(tmp_path, variants, Precision.FP32, 10, hardware_compatibility="same_compute_capability")
+    with pytest.raises(
+        EngineBuildError,
+        match=r"TensorRT 10\.8\.0\.43 has no HardwareCompatibilityLevel\.SAME_COMPUTE_CAPABILITY; "
+        r"it has NONE, AMPERE_PLUS",
+    ):
+        build_plan(req)
+
+
+def test_the_parser_refuses_int32_quantized_biases_and_takes_the_tensorrt_int8_variant(
+    trt10, tmp_path, variants
+) -> None:
+    from builder.stages.inputs import TENSORRT_INT8
+    from builder.stages.quantize import quantize_int8
+    from tests.builder.stages.test_quantize import conv_net, samples, spec
+
+    fp32 = conv_net(tmp_path / "net.onnx")
+    ort_default = quantize_int8(spec(), fp32, samples(), tmp_path / "cpu").onnx
+    for_tensorrt = quantize_int8(spec(), fp32, samples(), tmp_path / "trt", TENSORRT_INT8).onnx
+    req = _request(tmp_path, variants, Precision.INT8, 10)
+    req.onnx, req.profiles = (
+        str(ort_default),
+        [[InputRange("input", (1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))]],
+    )
+    with pytest.raises(EngineBuildError, match=r"node '.*' \(DequantizeLinear\): input 0 '.*' is INT32"):
+        build_plan(req)
+    req.onnx = str(for_tensorrt)
+    assert build_plan(req).startswith(b"PLAN-DOUBLE")

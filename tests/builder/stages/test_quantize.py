@@ -12,21 +12,24 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import BuildError, SpecError
 from builder.spec import ModelSpec
-from builder.stages.quantize import quantize_int8, quantize_int8_dynamic
+from builder.stages.inputs import TENSORRT_INT8, Int8Recipe, cpu_has_vnni, int8_recipe
+from builder.stages.quantize import quantize_int8, quantize_int8_dynamic, tensorrt_qdq_problems
 
 RNG = np.random.default_rng(0)
+WITH_TABLE = Int8Recipe(calibration_table=True)
 
 
 def conv_net(path: Path, batch: bool = True) -> Path:
     """input [N,3,8,8] -> Conv -> Relu -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> [N,5]."""
     n: int | str = "N" if batch else 1
+    rng = np.random.default_rng(0)  # the same weights in every test, whatever ran before
     weights = {
-        "w1": RNG.normal(0, 0.3, (8, 3, 3, 3)),
-        "b1": RNG.normal(0, 0.1, (8,)),
-        "w2": RNG.normal(0, 0.2, (8, 8, 3, 3)),
-        "b2": RNG.normal(0, 0.1, (8,)),
-        "wf": RNG.normal(0, 0.3, (5, 8)),
-        "bf": RNG.normal(0, 0.1, (5,)),
+        "w1": rng.normal(0, 0.3, (8, 3, 3, 3)),
+        "b1": rng.normal(0, 0.1, (8,)),
+        "w2": rng.normal(0, 0.2, (8, 8, 3, 3)),
+        "b2": rng.normal(0, 0.1, (8,)),
+        "wf": rng.normal(0, 0.3, (5, 8)),
+        "bf": rng.normal(0, 0.1, (5,)),
     }
     inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
     nodes = [
@@ -52,13 +55,18 @@ def conv_net(path: Path, batch: bool = True) -> Path:
     return path
 
 
-def spec(max_batch_size: int = 4, dims: list[int] | None = None, **calibration: Any) -> ModelSpec:
+def spec(
+    max_batch_size: int = 4,
+    dims: list[int] | None = None,
+    out_dims: list[int] | None = None,
+    **calibration: Any,
+) -> ModelSpec:
     return ModelSpec.model_validate(
         {
             "name": "net",
             "source": "zoo.net:build",
             "inputs": [{"name": "input", "dtype": "FP32", "dims": dims or [3, 8, 8]}],
-            "outputs": [{"name": "logits", "dtype": "FP32", "dims": [5]}],
+            "outputs": [{"name": "logits", "dtype": "FP32", "dims": out_dims or [5]}],
             "max_batch_size": max_batch_size,
             "precisions": ["fp32", "int8"],
             "calibration": {"data": "calib.npz", **calibration},
@@ -95,7 +103,7 @@ def initializer(path: Path, name: str) -> np.ndarray:
 
 def table(path: Path) -> dict[str, float]:
     lines = path.read_text().splitlines()
-    assert lines[0].startswith("TRT-") and lines[0].endswith("Calibration2")
+    assert lines[0] == "TRT-0-EntropyCalibration2"  # the engine builder writes the running TensorRT's
     pairs = (line.split(": ") for line in lines[1:])
     return {k: struct.unpack(">f", bytes.fromhex(v))[0] for k, v in pairs}
 
@@ -105,7 +113,7 @@ def test_static_int8_is_symmetric_qdq_and_accurate(tmp_path: Path, method: str) 
     fp32 = conv_net(tmp_path / "fp32.onnx")
     out = tmp_path / "out"
     result = quantize_int8(spec(method=method), fp32, samples(), out)
-    assert sorted(p.name for p in out.iterdir()) == sorted([result.onnx.name, result.calibration_table.name])
+    assert [p.name for p in out.iterdir()] == [result.onnx.name] and result.calibration_table is None
     quantizers = activation_quantizers(result.onnx)
     assert {"input", "r1", "f"} <= set(quantizers)
     for node in quantizers.values():  # TensorRT needs int8 zero points of 0
@@ -117,11 +125,13 @@ def test_static_int8_is_symmetric_qdq_and_accurate(tmp_path: Path, method: str) 
 
 def test_calibration_table_matches_model_scales(tmp_path: Path) -> None:
     fp32 = conv_net(tmp_path / "fp32.onnx")
-    result = quantize_int8(spec(), fp32, samples(), tmp_path / "out")
+    result = quantize_int8(spec(), fp32, samples(), tmp_path / "out", WITH_TABLE)
     assert result.calibration_table is not None
     scales = table(result.calibration_table)
-    assert {"input", "c1", "r1", "c2", "r2", "p", "f", "logits"} <= set(scales)
-    for name, node in activation_quantizers(result.onnx).items():
+    assert set(scales) == {"input", "c1", "r1", "c2", "r2", "p", "f", "logits"}  # the FP32 graph's
+    quantized = {k: v for k, v in activation_quantizers(result.onnx).items() if k in scales}
+    assert {"input", "r1", "f"} <= set(quantized)
+    for name, node in quantized.items():
         assert scales[name] == pytest.approx(float(initializer(result.onnx, node.input[1])), rel=1e-6)
 
 
@@ -131,7 +141,7 @@ def test_entropy_and_percentile_clip_where_minmax_does_not(tmp_path: Path) -> No
     data["input"][-1, 0, 0, 0] = 9.0  # the max is in the second calibration pass (32 samples a pass)
 
     def input_scale(name: str, **calibration: Any) -> float:
-        result = quantize_int8(spec(**calibration), fp32, data, tmp_path / name)
+        result = quantize_int8(spec(**calibration), fp32, data, tmp_path / name, WITH_TABLE)
         assert result.calibration_table is not None
         return table(result.calibration_table)["input"]
 
@@ -201,3 +211,97 @@ def test_dynamic_int8_quantizes_and_runs(tmp_path: Path) -> None:
     assert ops & {"ConvInteger", "MatMulInteger"}
     x = samples(16)["input"]
     assert min_cosine(run(fp32, x), run(out, x)) > 0.98
+
+
+def dequantized_types(path: Path) -> dict[str, str]:
+    """Quantized initializer -> its element type, for every DequantizeLinear of an initializer."""
+    graph = onnx.load(str(path)).graph
+    inits = {i.name: i.data_type for i in graph.initializer}
+    return {
+        n.input[0]: TensorProto.DataType.Name(inits[n.input[0]])
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    }
+
+
+def test_onnx_runtime_default_quantizes_biases_to_int32_which_the_tensorrt_check_refuses(
+    tmp_path: Path,
+) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    cpu = quantize_int8(spec(), fp32, samples(), tmp_path / "cpu").onnx
+    assert "INT32" in dequantized_types(cpu).values()  # ORT's QuantizeBias=True: fused CPU kernels
+    problems = tensorrt_qdq_problems(onnx.load(str(cpu)).graph)
+    assert problems and "dequantizes INT32" in problems[0]
+    with pytest.raises(BuildError, match=r"TensorRT cannot parse this Q/DQ graph: DequantizeLinear .* INT32"):
+        quantize_int8(spec(), fp32, samples(), tmp_path / "o", Int8Recipe(for_tensorrt=True))
+
+
+def test_the_tensorrt_int8_variant_keeps_biases_float_and_stays_accurate(tmp_path: Path) -> None:
+    assert int8_recipe(True) == TENSORRT_INT8 and int8_recipe(False) == Int8Recipe(
+        reduce_range=not cpu_has_vnni()
+    )
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    result = quantize_int8(spec(), fp32, samples(), tmp_path / "trt", TENSORRT_INT8)
+    types = dequantized_types(result.onnx)
+    assert set(types.values()) == {"INT8"} and {"w1", "w2", "wf"} <= {n.split("_")[0] for n in types}
+    assert tensorrt_qdq_problems(onnx.load(str(result.onnx)).graph) == []
+    graph = onnx.load(str(result.onnx)).graph
+    conv1 = next(n for n in graph.node if n.name == "conv1")
+    assert conv1.input[2] == "b1"  # the float bias itself, no DequantizeLinear in between
+    x = samples(16)["input"]
+    assert min_cosine(run(fp32, x), run(result.onnx, x)) > 0.98
+
+
+def bn_net(path: Path) -> Path:
+    """input -> Conv -> BatchNormalization -> Identity -> Relu -> logits: ORT's pre-processing
+    folds the BatchNormalization and drops the Identity, so its graph has other tensors."""
+    inits = {
+        "w": RNG.normal(0, 0.3, (4, 3, 3, 3)),
+        "scale": RNG.uniform(0.5, 2, 4),
+        "bias": RNG.normal(0, 0.1, 4),
+        "mean": RNG.normal(0, 0.1, 4),
+        "var": RNG.uniform(0.5, 2, 4),
+    }
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+        helper.make_node("Identity", ["bn"], ["same"], name="identity"),
+        helper.make_node("Relu", ["same"], ["logits"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def activations(path: Path) -> set[str]:
+    graph = onnx.load(str(path)).graph
+    return {i.name for i in graph.input} | {o for n in graph.node for o in n.output}
+
+
+def test_the_tensorrt_table_names_the_tensors_of_the_graph_tensorrt_parses(tmp_path: Path) -> None:
+    fp32 = bn_net(tmp_path / "fp32.onnx")
+    result = quantize_int8(spec(out_dims=[4, 8, 8]), fp32, samples(), tmp_path / "o", WITH_TABLE)
+    assert result.calibration_table is not None
+    assert set(table(result.calibration_table)) == activations(fp32) == {"input", "c", "bn", "same", "logits"}
+
+
+def test_a_smoothed_source_gets_the_table_of_the_unsmoothed_graph(tmp_path: Path) -> None:
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    doubled = onnx.load(str(fp32))  # stands in for a smoothed graph: other tensors, other ranges
+    doubled.graph.node.insert(0, helper.make_node("Add", ["input", "input"], ["input2"], name="double"))
+    doubled.graph.node[1].input[0] = "input2"
+    onnx.save(doubled, str(tmp_path / "smoothed.onnx"))
+    data = samples()
+    result = quantize_int8(spec(), tmp_path / "smoothed.onnx", data, tmp_path / "o", WITH_TABLE, fp32)
+    assert result.calibration_table is not None
+    scales = table(result.calibration_table)
+    assert set(scales) == activations(fp32)
+    assert scales["input"] == pytest.approx(float(np.abs(data["input"]).max()) / 127, rel=1e-5)

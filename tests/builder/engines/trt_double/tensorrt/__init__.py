@@ -5,9 +5,25 @@ It stands in for ``tensorrt`` in the engine tests (put ``trt_double/`` first on
 ``JOURNAL`` and, when ``TRT_DOUBLE_JOURNAL`` names a file, to that file as JSON
 lines, so tests in the parent process can read what a build subprocess did.
 
+It refuses what TensorRT refuses, where the builder could get it wrong: INT32
+quantized data behind a DequantizeLinear (the parser), ``set_shape`` values that
+break TensorRT's three rules (ValueError), an incomplete or invalid profile
+(``add_optimization_profile`` returns -1), a network with dynamic inputs and no
+profile, a calibration cache whose header is not this version's (it then
+"calibrates" with the calibrator's batches, and without any the build fails), a
+timing cache from another version or device (``set_timing_cache`` returns
+False), and a plan of another version (``Runtime.deserialize_cuda_engine``
+returns None).
+
+A plan is JSON naming the ONNX it was built from and its profiles; ``runner.py``
+beside this package runs such a plan by running that ONNX with ONNX Runtime,
+after checking every input shape against the profile in use, as TensorRT does.
+
 Behaviour switches (environment): ``TRT_DOUBLE_VERSION`` (default 10.13.0.35;
+before 10.9 there is no ``HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY``;
 from 11 on the FP16/INT8 builder flags and calibrators are absent, as in
-TensorRT 11), ``TRT_DOUBLE_CRASH=1`` (the build dies of SIGSEGV),
+TensorRT 11), ``TRT_DOUBLE_DEVICE`` (the GPU a timing cache records, default
+``sm86``), ``TRT_DOUBLE_CRASH=1`` (the build dies of SIGSEGV),
 ``TRT_DOUBLE_PARSE_ERROR=<node>`` (the parser rejects that node),
 ``TRT_DOUBLE_NO_ENGINE=1`` (the build returns None).
 """
@@ -22,7 +38,11 @@ from typing import Any
 import onnx
 
 __version__ = os.environ.get("TRT_DOUBLE_VERSION", "10.13.0.35")
-_MAJOR = int(__version__.split(".")[0])
+_MAJOR, _MINOR, _PATCH = (int(part) for part in __version__.split(".")[:3])
+_DEVICE = os.environ.get("TRT_DOUBLE_DEVICE", "sm86")
+PLAN_MAGIC = b"PLAN-DOUBLE "
+_TIMING_MAGIC = b"TIMING-DOUBLE"
+_QUANTIZED = {"INT8", "FLOAT8E4M3FN", "INT4", "FLOAT4E2M1"}  # what its DequantizeLinear takes
 JOURNAL: list[tuple[Any, ...]] = []
 
 
@@ -56,7 +76,10 @@ BuilderFlag = _enum("BuilderFlag", ["FP16", "INT8", "DEBUG"] if _MAJOR < 11 else
 NetworkDefinitionCreationFlag = _enum("NetworkDefinitionCreationFlag", ["EXPLICIT_BATCH", "STRONGLY_TYPED"])
 MemoryPoolType = _enum("MemoryPoolType", ["WORKSPACE"])
 HardwareCompatibilityLevel = _enum(
-    "HardwareCompatibilityLevel", ["NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY"]
+    "HardwareCompatibilityLevel",
+    ["NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY"]
+    if (_MAJOR, _MINOR) >= (10, 9)
+    else ["NONE", "AMPERE_PLUS"],
 )
 
 
@@ -76,14 +99,17 @@ class Dims(tuple):
 
 
 class ITensor:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, shape: list[int]) -> None:
         self.name = name
+        self.shape = shape  # -1 for a dynamic dimension
 
 
 class INetworkDefinition:
     def __init__(self, flags: int) -> None:
         self.flags = flags
         self.inputs: list[ITensor] = []
+        self.onnx = ""
+        self.tensors: set[str] = set()  # every tensor name of the parsed graph
 
     @property
     def num_inputs(self) -> int:
@@ -94,8 +120,8 @@ class INetworkDefinition:
 
 
 class ParserError:
-    def __init__(self, node: str) -> None:
-        self._node = node
+    def __init__(self, node: str, operator: str = "Conv", desc: str = "unsupported attribute") -> None:
+        self._node, self._operator, self._desc = node, operator, desc
 
     def node_name(self) -> str:
         return self._node
@@ -104,10 +130,10 @@ class ParserError:
         return 0
 
     def node_operator(self) -> str:
-        return "Conv"
+        return self._operator
 
     def desc(self) -> str:
-        return "unsupported attribute"
+        return self._desc
 
 
 class OnnxParser:
@@ -122,8 +148,13 @@ class OnnxParser:
             self.errors.append(ParserError(bad))
             return False
         graph = onnx.load(model, load_external_data=False).graph
+        self.errors += _unsupported_dequantize(graph)
+        if self.errors:
+            return False
         weights = {i.name for i in graph.initializer}
-        self.network.inputs = [ITensor(i.name) for i in graph.input if i.name not in weights]
+        self.network.inputs = [ITensor(i.name, _dims(i)) for i in graph.input if i.name not in weights]
+        self.network.onnx = model
+        self.network.tensors = {i.name for i in graph.input} | {o for n in graph.node for o in n.output}
         return True
 
     @property
@@ -134,14 +165,59 @@ class OnnxParser:
         return self.errors[index]
 
 
+def _dims(value: onnx.ValueInfoProto) -> list[int]:
+    dims = value.type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+
+
+def _unsupported_dequantize(graph: onnx.GraphProto) -> list[ParserError]:
+    types = {i.name: onnx.TensorProto.DataType.Name(i.data_type) for i in graph.initializer}
+    return [
+        ParserError(
+            n.name,
+            "DequantizeLinear",
+            f"input 0 '{n.input[0]}' is {types[n.input[0]]}; "
+            "DequantizeLinear takes INT8, FP8, INT4 or FP4 data",
+        )
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and types.get(n.input[0], "INT8") not in _QUANTIZED
+    ]
+
+
 class IOptimizationProfile:
-    def __init__(self) -> None:
+    def __init__(self, network: INetworkDefinition | None = None) -> None:
         self.shapes: dict[str, tuple[Any, Any, Any]] = {}
+        self.valid = True
 
     def set_shape(self, input: str, min: Dims, opt: Dims, max: Dims) -> None:
         assert all(isinstance(d, Dims) for d in (min, opt, max)), "TensorRT wants Dims"
-        self.shapes[input] = (list(min), list(opt), list(max))
         _record("set_shape", input, list(min), list(opt), list(max))
+        if not (len(min) == len(opt) == len(max)) or not all(
+            0 <= a <= b <= c for a, b, c in zip(min, opt, max, strict=False)
+        ):
+            self.valid = False
+            raise ValueError(f"inconsistent shapes for '{input}': need 0 <= min <= opt <= max")
+        self.shapes[input] = (list(min), list(opt), list(max))
+
+    def __bool__(self) -> bool:
+        return self.valid
+
+    def problem(self, network: INetworkDefinition) -> str | None:
+        """Why TensorRT would call this profile invalid for ``network`` (None: it is valid)."""
+        if not self.valid:
+            return "a set_shape call was rejected"
+        for tensor in network.inputs:
+            shapes = self.shapes.get(tensor.name)
+            if shapes is None:
+                if -1 in tensor.shape:
+                    return f"dynamic input '{tensor.name}' has no shapes"
+                continue
+            for which in shapes:
+                if len(which) != len(tensor.shape) or any(
+                    real not in (-1, dim) for real, dim in zip(tensor.shape, which, strict=False)
+                ):
+                    return f"'{tensor.name}': {which} does not fit its shape {tensor.shape}"
+        return None
 
 
 class IHostMemory(bytes):
@@ -149,11 +225,19 @@ class IHostMemory(bytes):
 
 
 class ITimingCache:
+    """Serialized: a header naming the TensorRT version and device, then the entries."""
+
     def __init__(self, data: bytes) -> None:
         self.data = bytes(data)
+        header, _, self.entries = self.data.partition(b"\n")
+        self.fits = not self.data or header == _timing_header()
 
     def serialize(self) -> IHostMemory:
-        return IHostMemory(self.data + b"+timing")
+        return IHostMemory(_timing_header() + b"\n" + self.entries + b"+timing")
+
+
+def _timing_header() -> bytes:
+    return b" ".join([_TIMING_MAGIC, __version__.encode(), _DEVICE.encode()])
 
 
 class IInt8Calibrator:
@@ -168,9 +252,10 @@ if _MAJOR < 11:
 
 
 class IBuilderConfig:
-    def __init__(self) -> None:
+    def __init__(self, network: INetworkDefinition | None = None) -> None:
         self.profiles: list[IOptimizationProfile] = []
         self._cache: ITimingCache | None = None
+        self._network = network
         object.__setattr__(self, "builder_optimization_level", 3)  # defaults, not calls
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -187,6 +272,9 @@ class IBuilderConfig:
         _record("set_memory_pool_limit", pool.name, size)
 
     def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
+        if not profile or (self._network is not None and profile.problem(self._network)):
+            _record("add_optimization_profile", -1)
+            return -1
         self.profiles.append(profile)
         _record("add_optimization_profile", len(self.profiles) - 1)
         return len(self.profiles) - 1
@@ -200,6 +288,9 @@ class IBuilderConfig:
         return ITimingCache(data)
 
     def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
+        _record("set_timing_cache", cache.fits)
+        if not cache.fits and not ignore_mismatch:
+            return False  # TensorRT: "the timing cache was created on a different device or version"
         self._cache = cache
         return True
 
@@ -217,16 +308,22 @@ def _calib(calibrator: Any) -> dict[str, Any]:
     }
 
 
+def calibration_header() -> str:
+    return f"TRT-{_MAJOR * 10000 + _MINOR * 100 + _PATCH}-EntropyCalibration2"
+
+
 class Builder:
     def __init__(self, logger: ILogger) -> None:
         _record("Builder")
+        self._network: INetworkDefinition | None = None
 
     def create_network(self, flags: int = 0) -> INetworkDefinition:
         _record("create_network", flags)
-        return INetworkDefinition(flags)
+        self._network = INetworkDefinition(flags)
+        return self._network
 
     def create_builder_config(self) -> IBuilderConfig:
-        return IBuilderConfig()
+        return IBuilderConfig(self._network)
 
     def create_optimization_profile(self) -> IOptimizationProfile:
         return IOptimizationProfile()
@@ -239,4 +336,54 @@ class Builder:
             os.kill(os.getpid(), signal.SIGSEGV)
         if os.environ.get("TRT_DOUBLE_NO_ENGINE"):
             return None
-        return IHostMemory(b"PLAN-DOUBLE " + json.dumps([p.shapes for p in config.profiles]).encode())
+        if any(-1 in t.shape for t in network.inputs) and not config.profiles:
+            _record(
+                "error", "Network has dynamic or shape inputs, but no optimization profile has been defined."
+            )
+            return None
+        calibrator = getattr(config, "int8_calibrator", None)
+        if calibrator is not None and not _calibrate(calibrator, network):
+            return None
+        plan = {
+            "version": __version__,
+            "onnx": network.onnx,
+            "inputs": {t.name: t.shape for t in network.inputs},
+            "profiles": [p.shapes for p in config.profiles],
+        }
+        return IHostMemory(PLAN_MAGIC + json.dumps(plan).encode())
+
+
+def _calibrate(calibrator: Any, network: INetworkDefinition) -> bool:
+    """TensorRT reads the cache; one it cannot use is skipped and it calibrates with batches."""
+    table = bytes(calibrator.read_calibration_cache() or b"").decode()
+    header, *lines = table.splitlines()
+    if header != calibration_header():
+        _record("calibration_cache_rejected", header, calibration_header())
+        if not calibrator.get_batch([t.name for t in network.inputs]):
+            _record("error", "Calibration failure occurred with no scaling factors detected.")
+            return False
+        return True
+    names = {line.split(":")[0] for line in lines if line.strip()}
+    _record("calibration_unknown_tensors", sorted(names - network.tensors))
+    return True
+
+
+class ICudaEngine:
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.num_optimization_profiles = len(plan["profiles"])
+
+
+class Runtime:
+    def __init__(self, logger: ILogger) -> None:
+        _record("Runtime")
+
+    def deserialize_cuda_engine(self, serialized_engine: bytes) -> ICudaEngine | None:
+        data = bytes(serialized_engine)
+        if not data.startswith(PLAN_MAGIC):
+            return None
+        plan = json.loads(data[len(PLAN_MAGIC) :])
+        if plan["version"] != __version__:
+            _record("error", f"the plan was built by TensorRT {plan['version']}, this is {__version__}")
+            return None
+        return ICudaEngine(plan)

@@ -1,0 +1,71 @@
+"""tools/gpu_check.sh: its arguments, its report on this machine (no GPU), and its whole run
+against the TensorRT double (real builds, real subprocesses, plans run as their ONNX)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_support import DOUBLE_DIR
+
+from builder.engines.detect import detect
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "tools" / "gpu_check.sh"
+
+
+def check(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=full, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_help_and_bad_arguments(tmp_path: Path) -> None:
+    shown = check("--help")
+    assert shown.returncode == 0 and "--budget-s" in shown.stdout and "--no-server" in shown.stdout
+    for args, why in [
+        (("--bogus",), "unrecognized arguments: --bogus"),
+        (("--spec", str(tmp_path / "none.yaml")), "--spec: "),
+        (("--budget-s", "0"), "--budget-s: must be above 0"),
+    ]:
+        result = check(*args)
+        assert result.returncode == 2 and why in result.stderr, result.stderr
+
+
+def test_on_this_machine_it_says_plainly_that_nothing_was_checked(tmp_path: Path) -> None:
+    if detect().available:
+        pytest.skip("TensorRT and a GPU are present")
+    out = tmp_path / "report.json"
+    result = check("--out", str(out))
+    assert result.returncode == 2
+    assert result.stdout.startswith("gpu_check: no GPU with TensorRT here, nothing was checked: ")
+    report = json.loads(out.read_text())
+    assert report["checked"] is False and report["steps"] == {}
+    assert report["detect"]["available"] is False and report["detect"]["reason"] in result.stdout
+
+
+@pytest.mark.slow
+def test_a_gpu_host_run_builds_every_plan_then_rebuilds_none(tiny_project: Path, tmp_path: Path) -> None:
+    env = {"PYTHONPATH": f"{DOUBLE_DIR}:{ROOT}", "TRT_DOUBLE_GPU": "NVIDIA A10:8.6"}
+    out = tmp_path / "report.json"
+    result = check("--spec", str(tiny_project / "models.yaml"), "--out", str(out), "--no-server", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["checked"] and report["ok"]
+    assert report["detect"]["gpu"] == {"name": "NVIDIA A10", "compute_capability": "8.6"}
+    built = [(p["model"], p["precision"], p["status"]) for p in report["steps"]["build"]["plans"]]
+    fresh = [(p["model"], p["precision"], p["status"]) for p in report["steps"]["rebuild"]["plans"]]
+    # every precision that passed the CPU verification (fp32, fp16; the tiny MLP's int8 does not)
+    assert built == [("tiny", p, "built") for p in ("fp32", "fp16")]
+    assert fresh == [("tiny", p, "fresh") for p in ("fp32", "fp16")]
+    assert report["steps"]["rebuild"]["rebuilt"] == []
+    (plan,) = report["steps"]["plans"]  # the served one, installed in the repository
+    assert plan["tensorrt_version"] == "10.13.0.35" and plan["verification"]
+    assert report["steps"]["server"] == {"ok": None, "skipped": "--no-server"}

@@ -1,0 +1,1 @@
+"""TEST DOUBLE of cuda-python (``cuda.bindings.runtime``), beside the TensorRT double."""

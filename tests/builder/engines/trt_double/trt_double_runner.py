@@ -1,0 +1,111 @@
+"""Runs the TensorRT double's plans: TEST DOUBLE of Polygraphy's TensorRT runner.
+
+A double plan names the ONNX it was built from; running it runs that ONNX with ONNX
+Runtime on the CPU, after the checks TensorRT makes: the plan deserializes only
+under the TensorRT version that built it, and every input shape must lie within
+the optimization profile the execution context uses (profile 0 unless told, as
+Polygraphy's ``TrtRunner``). ``install()`` (called by ``sitecustomize`` here, so in
+every build subprocess) puts these classes in place of ``EngineFromBytes`` and
+``TrtRunner`` in ``polygraphy.backend.trt`` when that module is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from collections import OrderedDict
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+
+class EngineFromBytes:
+    def __init__(self, serialized_engine: bytes) -> None:
+        self.serialized_engine = bytes(serialized_engine)
+
+    def __call__(self) -> Any:
+        import tensorrt as trt
+
+        engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(self.serialized_engine)
+        if engine is None:
+            raise RuntimeError("Failed to deserialize engine (TensorRT's log above says why)")
+        return engine
+
+
+class TrtRunner:
+    def __init__(self, engine: Any, name: str | None = None, optimization_profile: int | None = None) -> None:
+        self._engine = engine
+        self.profile = optimization_profile or 0
+
+    def __enter__(self) -> TrtRunner:
+        import onnxruntime as ort
+        import tensorrt as trt
+
+        engine = self._engine() if callable(self._engine) else self._engine
+        self.plan = engine.plan
+        if self.plan["profiles"] and not 0 <= self.profile < len(self.plan["profiles"]):
+            raise RuntimeError(f"the engine has no optimization profile {self.profile}")
+        self.session = ort.InferenceSession(self.plan["onnx"], providers=["CPUExecutionProvider"])
+        trt._record("TrtRunner", self.profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.session
+
+    def infer(self, feed_dict: dict[str, np.ndarray], check_inputs: bool = True) -> OrderedDict[str, Any]:
+        import tensorrt as trt
+
+        for name, value in feed_dict.items():
+            self._check_shape(name, list(value.shape))
+        trt._record("infer", self.profile, {name: list(v.shape) for name, v in feed_dict.items()})
+        names = [o.name for o in self.session.get_outputs()]
+        return OrderedDict(zip(names, self.session.run(names, dict(feed_dict)), strict=False))
+
+    def _check_shape(self, name: str, shape: list[int]) -> None:
+        declared = self.plan["inputs"].get(name)
+        if declared is None:
+            raise RuntimeError(f"the engine has no input '{name}'")
+        if len(shape) != len(declared) or any(
+            d not in (-1, s) for d, s in zip(declared, shape, strict=False)
+        ):
+            raise RuntimeError(f"input '{name}': shape {shape} does not match the engine's {declared}")
+        profiles = self.plan["profiles"]
+        if not profiles or name not in profiles[self.profile]:
+            return
+        low, _, high = profiles[self.profile][name]
+        if not all(lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=False)):
+            raise RuntimeError(
+                f"IExecutionContext::setInputShape: input '{name}' shape {shape} is outside optimization "
+                f"profile {self.profile} (min {low}, max {high})"
+            )
+
+
+class _Patch(importlib.abc.MetaPathFinder):
+    TARGET = "polygraphy.backend.trt"
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            module.EngineFromBytes = EngineFromBytes  # type: ignore[attr-defined]
+            module.TrtRunner = TrtRunner  # type: ignore[attr-defined]
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    if not any(isinstance(f, _Patch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Patch())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The TensorRT checks only a GPU host can run, in under ten minutes, into one JSON report:
+# detect TensorRT and the GPU, build and verify every plan, rebuild with --if-stale (nothing
+# may be rebuilt), load the repository in tritonserver when it is on PATH, infer once per
+# model. On a machine without a GPU or TensorRT it says so in one line and exits 2.
+#
+#   tools/gpu_check.sh [--spec models.yaml] [--repo DIR] [--out gpu_check.json] [--budget-s 540] [--no-server]
+#
+# In the serving image: docker run --rm --gpus all --entrypoint /opt/nvidia/nvidia_entrypoint.sh \
+#   tritonforge:0.1.0 tools/gpu_check.sh --out /tmp/gpu_check.json
+# PYTHON names the interpreter (default: python3).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+exec "${PYTHON:-python3}" "$here/gpu_check.py" "$@"
