@@ -1,0 +1,1 @@
+"""LLMs: checkpoints served by vLLM."""
