@@ -7,11 +7,14 @@ and ``ServingSettings`` → ``local_config`` (the decoupled Python-backend ``Mod
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import (
     DataType,
     ModelConfig,
@@ -157,3 +160,14 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     return cfg
+
+
+def write_local_model(model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None) -> Path:
+    """``model_dir/config.pbtxt``, ``1/model.py`` and ``1/model.json``; returns the version folder."""
+    version = model_dir / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(MODEL_SOURCE, version / "model.py")
+    (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
+    config = local_config(model_dir.name, settings)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config), encoding="utf-8")
+    return version

@@ -17,6 +17,7 @@ The parsing helpers below import without Triton or vLLM, so tests call them dire
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import locale
 import queue
@@ -511,4 +512,6 @@ class TritonPythonModel:
         for thread in self.threads:
             thread.join(timeout=5)
         self.engine.shutdown()
+        del self.engine  # its __del__ shuts down again: let it run now, not at interpreter exit
+        gc.collect()
         self.metrics.close()
