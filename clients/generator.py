@@ -88,7 +88,7 @@ def grpc_request(model: str, fields: Mapping[str, Any]) -> service_pb2.ModelInfe
     return request
 
 
-def _scalar(array: np.ndarray | None, default: Any) -> Any:
+def _scalar(array: np.ndarray[Any, Any] | None, default: Any) -> Any:
     if array is None or array.size == 0:
         return default
     value = array.reshape(-1)[0]
@@ -119,7 +119,7 @@ def piece_from_json(body: Mapping[str, Any]) -> Piece:
 _OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens")
 
 
-def _piece(values: Mapping[str, np.ndarray | None]) -> Piece:
+def _piece(values: Mapping[str, np.ndarray[Any, Any] | None]) -> Piece:
     reason = _scalar(values["finish_reason"], None)
     return Piece(
         text=str(_scalar(values["text_output"], "")),

@@ -309,3 +309,16 @@ def _cpu_flags() -> list[str]:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
         flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
+
+
+def test_cli_generate_streams_to_the_terminal(server: TritonServer) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "clients", "-u", server.grpc_url, "generate", CHAT[0]["content"]]
+    done = subprocess.run(
+        [*command, "--model", MODEL, "--chat", "--max-tokens", "16"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Paris" in done.stdout

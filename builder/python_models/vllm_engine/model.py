@@ -69,7 +69,7 @@ class Parsed:
 # -- parsing (no Triton, no vLLM) ------------------------------------------------------------------
 
 
-def first(array: np.ndarray | None) -> Any:
+def first(array: np.ndarray[Any, Any] | None) -> Any:
     return None if array is None else np.asarray(array, dtype=object).reshape(-1)[0]
 
 
@@ -145,7 +145,9 @@ def parse_priority(value: Any) -> int:
         raise BadRequest(f"priority must be an integer, got {value!r}") from None
 
 
-def parse_request(get: Callable[[str], np.ndarray | None], parameters: str, known: set[str]) -> Parsed:
+def parse_request(
+    get: Callable[[str], np.ndarray[Any, Any] | None], parameters: str, known: set[str]
+) -> Parsed:
     """Check a request's inputs (``get(name)`` is the input's array or None) and parameters."""
     params = json.loads(parameters or "{}")
     raw_priority = first(get("priority"))
@@ -164,7 +166,9 @@ def parse_request(get: Callable[[str], np.ndarray | None], parameters: str, know
     return Parsed(prompt, messages, stream, exclude, returns, parse_sampling(sampling_json, known), priority)
 
 
-def _prompt(get: Callable[[str], np.ndarray | None]) -> tuple[str | None, list[dict[str, str]] | None]:
+def _prompt(
+    get: Callable[[str], np.ndarray[Any, Any] | None],
+) -> tuple[str | None, list[dict[str, str]] | None]:
     raw_messages = first(get("messages"))
     if raw_messages is not None:
         return None, parse_messages(as_text(raw_messages, "messages"))
@@ -307,7 +311,7 @@ def stat_logger_factory(metrics: Metrics) -> Any:
     """A vLLM stat-logger factory feeding ``metrics`` (the engine calls it once per engine)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    class TritonStatLogger(StatLoggerBase):
+    class TritonStatLogger(StatLoggerBase):  # type: ignore[misc]
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             pass
 
@@ -422,7 +426,7 @@ class TritonPythonModel:
     def _job(self, request: Any, sender: Any) -> Job:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
-        def get(name: str) -> np.ndarray | None:
+        def get(name: str) -> np.ndarray[Any, Any] | None:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
@@ -430,11 +434,14 @@ class TritonPythonModel:
             parsed = parse_request(get, request.parameters(), self.known)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
-        text = parsed.prompt
         if parsed.messages is not None:
-            text = self.tokenizer.apply_chat_template(
-                parsed.messages, tokenize=False, add_generation_prompt=True
+            text = str(
+                self.tokenizer.apply_chat_template(
+                    parsed.messages, tokenize=False, add_generation_prompt=True
+                )
             )
+        else:
+            text = str(parsed.prompt)
         ids = list(self.tokenizer.encode(text, add_special_tokens=parsed.messages is None))
         sampling = dict(
             parsed.sampling, max_tokens=check_length(len(ids), parsed.sampling, self.max_model_len)
