@@ -7,6 +7,7 @@ and ``ServingSettings`` → ``local_config`` (the decoupled Python-backend ``Mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -77,20 +78,53 @@ class EngineArgs:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """An engine of its own for long jobs: requests whose prompt + max_tokens reach ``min_tokens``.
+
+    ``max_num_seqs`` / ``max_waiting`` default to the main engine's / the lane's own max_num_seqs;
+    ``cpus`` pins the lane's engine on the CPU (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"1"``).
+    """
+
+    name: str
+    min_tokens: int
+    max_num_seqs: int | None = None
+    max_waiting: int | None = None
+    cpus: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name == "default":
+            raise ValueError(f"lane: name must be set and not 'default', got {self.name!r}")
+        if self.min_tokens < 1:
+            raise ValueError(f"lane '{self.name}': min_tokens must be at least 1, got {self.min_tokens}")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ValueError(f"lane '{self.name}': max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ValueError(f"lane '{self.name}': max_waiting must be >= 0, got {self.max_waiting}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class ServingSettings:
     """tritonforge's own serving settings, carried as config parameters.
 
     ``max_waiting``: requests allowed to wait beyond the ``max_num_seqs`` running; a request that
     finds ``max_num_seqs + max_waiting`` in flight is refused at once (None: ``max_num_seqs``).
-    ``execution_env``: a conda-pack archive for Triton's per-model execution environment.
+    ``lanes``: engines of their own for long jobs; ``execution_env``: a conda-pack archive for
+    Triton's per-model execution environment.
     """
 
     max_waiting: int | None = None
+    lanes: tuple[Lane, ...] = ()
     execution_env: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_waiting is not None and self.max_waiting < 0:
             raise ValueError(f"serving: max_waiting must be >= 0, got {self.max_waiting}")
+        names = [lane.name for lane in self.lanes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"serving: lane names must be unique, got {names}")
 
 
 def model_json(args: EngineArgs) -> dict[str, Any]:
@@ -157,6 +191,8 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         cfg.output.append(ModelOutput(name=key, data_type=dtype, dims=dims))
     if settings.max_waiting is not None:
         cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
+    if settings.lanes:
+        cfg.parameters["lanes"].string_value = json.dumps([lane.as_json() for lane in settings.lanes])
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     return cfg

@@ -9,7 +9,6 @@ the engine takes 20-100 s to start on 2 cores. Overload figures go to
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import time
@@ -23,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.llm.serving import EngineArgs, SchedulingPolicy, ServingSettings, write_local_model
+from builder.llm.serving import EngineArgs, SchedulingPolicy, ServingSettings
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
 from clients.generator import AsyncGenerator, Generator
+from tests.integration.fixtures.llm_repo import MODEL, llm_server
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
-MODEL = "smollm2"
 MAX_NUM_SEQS = 8
 MAX_WAITING = 8
 BOUND = MAX_NUM_SEQS + MAX_WAITING
@@ -45,22 +44,10 @@ METRICS = (
     "vllm:num_requests_running",
     "vllm:kv_cache_usage_perc",
 )
-START_TIMEOUT = 400  # vLLM imports and starts its engine in 20 s idle, minutes on a busy machine
-
-
-def _checkpoint() -> Path:
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vllm is not importable in this interpreter (the LLM serving env has it)")
-    folder = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
-    if not folder or not (Path(folder) / "config.json").is_file():
-        pytest.skip("set TRITONFORGE_LLM_CHECKPOINT to a checkpoint folder (config.json, safetensors)")
-    return Path(folder)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    checkpoint = _checkpoint()
-    repo = tmp_path_factory.mktemp("llm") / "repo"
     engine = EngineArgs(
         model="checkpoint",  # relative to the version folder, as the build will lay it out
         max_model_len=MAX_MODEL_LEN,
@@ -68,15 +55,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         kv_cache_space_gib=1.0,
         scheduling_policy=SchedulingPolicy.PRIORITY,
     )
-    version = write_local_model(repo / MODEL, engine, ServingSettings(max_waiting=MAX_WAITING))
-    (version / "checkpoint").symlink_to(checkpoint)
-    s = TritonServer(repo, log_path=repo.parent / "server.log")
-    s.start(timeout=START_TIMEOUT)
-    try:
+    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=MAX_WAITING)) as s:
         yield s
-        assert s.is_ready()
-    finally:
-        s.stop()
 
 
 def _metric(server: TritonServer, name: str) -> float:

@@ -11,6 +11,8 @@ and ``priority`` (an input or a request parameter; lower runs first, vLLM's conv
 The engine runs on its own event loop thread; responses go out through one sender thread so the
 loop never waits on the server; a watcher thread turns ``is_cancelled()`` into an engine abort.
 A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
+Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
+``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
 """
 
@@ -20,6 +22,7 @@ import asyncio
 import gc
 import json
 import locale
+import os
 import queue
 import threading
 import time
@@ -37,6 +40,7 @@ except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
 ENGINE_ARGS_FILE = "model.json"
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 REFUSED = "engine is full"  # clients map this phrase to RequestRejected
 RETURNS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
 BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
@@ -210,6 +214,37 @@ def engine_args(version_dir: Path) -> dict[str, Any]:
     return args
 
 
+@dataclass(frozen=True)
+class LaneRule:
+    """An engine of its own for requests whose prompt + max_tokens reach ``min_tokens``."""
+
+    name: str
+    min_tokens: int = 0
+    max_num_seqs: int | None = None  # None: model.json's
+    max_waiting: int | None = None  # None: the lane's max_num_seqs
+    cpus: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for this lane's engine (CPU)
+
+
+def parse_lanes(text: str) -> list[LaneRule]:
+    """The ``lanes`` parameter (a JSON list of rules) after the default lane; ValueError if bad."""
+    try:
+        items = json.loads(text) if text.strip() else []
+        rules = [LaneRule(**item) for item in items]
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"parameter lanes: {exc} (want a JSON list of {{name, min_tokens, ...}})") from None
+    names = [r.name for r in rules]
+    if "default" in names or len(set(names)) != len(names):
+        raise ValueError(f"parameter lanes: names must be unique and not 'default', got {names}")
+    if any(r.min_tokens < 1 for r in rules):
+        raise ValueError("parameter lanes: every lane needs min_tokens >= 1")
+    return [LaneRule("default"), *sorted(rules, key=lambda r: r.min_tokens)]
+
+
+def route(rules: list[LaneRule], total_tokens: int) -> int:
+    """The index of the lane with the largest ``min_tokens`` that ``total_tokens`` reaches."""
+    return max(i for i, r in enumerate(rules) if total_tokens >= r.min_tokens)
+
+
 def config_parameter(config: dict[str, Any], name: str, default: str) -> str:
     value = config.get("parameters", {}).get(name, {}).get("string_value", "")
     return str(value) if value else default
@@ -227,9 +262,9 @@ class Job:
     prompt_text: str
     token_ids: list[int]
     sampling: Any
+    lane: Any  # the Lane it runs on
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: Any = None
-    sent_tokens: int = 0
     done: bool = False
 
 
@@ -256,20 +291,11 @@ def error(message: str, code: Any = None) -> Any:
 # -- metrics ---------------------------------------------------------------------------------------
 
 
-class Metrics:
-    """Custom metrics on Triton's metrics port; a no-op when the server has metrics off."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.on = True
-        try:
-            self._make(labels)
-        except Exception as exc:  # "metrics not supported" when started with --allow-metrics=false
-            pb_utils.Logger.log_warn(f"vllm_engine: custom metrics off ({exc})")
-            self.on = False
-
-    def _make(self, labels: dict[str, str]) -> None:
-        family = pb_utils.MetricFamily
-        self.families = [
+def metric_families() -> list[Any] | None:
+    """The custom metric families; None when the server has metrics off."""
+    family = pb_utils.MetricFamily
+    try:
+        return [
             family("vllm:time_to_first_token_seconds", "Time to first token (s)", family.HISTOGRAM),
             family("vllm:time_per_output_token_seconds", "Time per output token (s)", family.HISTOGRAM),
             family("vllm:num_requests_running", "Requests running in the engine", family.GAUGE),
@@ -277,7 +303,19 @@ class Metrics:
             family("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (0-1)", family.GAUGE),
             family("tritonforge:requests_refused_total", "Requests refused: engine full", family.COUNTER),
         ]
-        ttft, tpot, *rest = self.families
+    except Exception as exc:  # "metrics not supported" when started with --allow-metrics=false
+        pb_utils.Logger.log_warn(f"vllm_engine: custom metrics off ({exc})")
+        return None
+
+
+class Metrics:
+    """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off."""
+
+    def __init__(self, families: list[Any] | None, labels: dict[str, str]) -> None:
+        self.on = families is not None
+        if families is None:
+            return
+        ttft, tpot, *rest = families
         self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
         self.tpot = tpot.Metric(labels=labels, buckets=TPOT_BUCKETS)
         self.running, self.waiting, self.kv_usage, self.refused = (f.Metric(labels=labels) for f in rest)
@@ -299,7 +337,6 @@ class Metrics:
         """Metrics go before their families (the stub insists on that order)."""
         if self.on:
             self.ttft = self.tpot = self.running = self.waiting = self.kv_usage = self.refused = None
-            self.families.clear()
             self.on = False
 
     def count_refusal(self) -> None:
@@ -327,6 +364,17 @@ def stat_logger_factory(metrics: Metrics) -> Any:
 # -- the model -------------------------------------------------------------------------------------
 
 
+@dataclass
+class Lane:
+    """One engine and the requests in flight on it."""
+
+    rule: LaneRule
+    bound: int  # max_num_seqs + max_waiting
+    metrics: Metrics
+    engine: Any = None
+    inflight: int = 0
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         # The stub runs in the C locale; torch's inductor reads UTF-8 files while vLLM imports.
@@ -338,16 +386,18 @@ class TritonPythonModel:
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
         self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
         self.max_model_len = int(self.engine_config.get("max_model_len", 2048))
-        max_num_seqs = int(self.engine_config.get("max_num_seqs", 256))
-        waiting = int(config_parameter(config, "max_waiting_requests", str(max_num_seqs)))
-        self.bound = max_num_seqs + waiting
         self.known = set(SamplingParams.__struct_fields__)
-        self.metrics = Metrics({"model": args["model_name"], "version": args["model_version"]})
-        self.inflight: dict[str, Job] = {}
+        self.families = metric_families()
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        waiting = config_parameter(config, "max_waiting_requests", "")
+        self.lanes = [
+            self._lane(r, waiting, labels) for r in parse_lanes(config_parameter(config, "lanes", ""))
+        ]
+        self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
         self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
         self.stopping = threading.Event()
-        self._start_engine()
+        self._start_engines()
         self.threads = [
             threading.Thread(target=self._send_loop, name="vllm-send", daemon=True),
             threading.Thread(target=self._watch_loop, name="vllm-watch", daemon=True),
@@ -355,73 +405,95 @@ class TritonPythonModel:
         for thread in self.threads:
             thread.start()
 
-    def _start_engine(self) -> None:
-        from vllm.engine.arg_utils import AsyncEngineArgs
+    def _lane(self, rule: LaneRule, waiting: str, labels: dict[str, str]) -> Lane:
+        seqs = rule.max_num_seqs or int(self.engine_config.get("max_num_seqs", 256))
+        if rule.name == "default":
+            extra = int(waiting) if waiting else seqs
+        else:
+            extra = seqs if rule.max_waiting is None else rule.max_waiting
+        return Lane(rule, seqs + extra, Metrics(self.families, {**labels, "lane": rule.name}))
+
+    def _start_engines(self) -> None:
         from vllm.tokenizers import get_tokenizer
 
-        engine_args = AsyncEngineArgs(**self.engine_config)
+        config = self.engine_config
         # Our own tokenizer instance: requests are tokenized on the stub's thread, not the loop's.
-        self.tokenizer = get_tokenizer(engine_args.tokenizer or engine_args.model)
+        self.tokenizer = get_tokenizer(config.get("tokenizer") or config["model"])
         self.loop = asyncio.new_event_loop()
-        started: queue.Queue[Any] = queue.Queue()
+        started: queue.Queue[BaseException | None] = queue.Queue()
         self.loop_thread = threading.Thread(
-            target=self._run_loop, args=(engine_args, started), name="vllm-loop", daemon=True
+            target=self._run_loop, args=(started,), name="vllm-loop", daemon=True
         )
         self.loop_thread.start()
         outcome = started.get()
-        if isinstance(outcome, BaseException):
+        if outcome is not None:
             raise outcome
-        self.engine = outcome
 
-    def _run_loop(self, engine_args: Any, started: queue.Queue[Any]) -> None:
+    def _run_loop(self, started: queue.Queue[BaseException | None]) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            engine = self.loop.run_until_complete(self._create_engine(engine_args))
+            for lane in self.lanes:
+                lane.engine = self.loop.run_until_complete(self._create_engine(lane))
         except BaseException as exc:
             started.put(exc)
             return
-        started.put(engine)
+        started.put(None)
         self.loop.run_forever()
 
-    async def _create_engine(self, engine_args: Any) -> Any:
+    async def _create_engine(self, lane: Lane) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(engine_args, stat_loggers=[stat_logger_factory(self.metrics)])
+        config = dict(self.engine_config)
+        if lane.rule.max_num_seqs:
+            config["max_num_seqs"] = lane.rule.max_num_seqs
+        factory = stat_logger_factory(lane.metrics)
+        previous = os.environ.get(OMP_BIND)
+        if lane.rule.cpus:  # read when the engine core process starts
+            os.environ[OMP_BIND] = lane.rule.cpus
+        try:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**config), stat_loggers=[factory])
+        finally:
+            if previous is None:
+                os.environ.pop(OMP_BIND, None)
+            else:
+                os.environ[OMP_BIND] = previous
 
     # -- requests --
 
     def execute(self, requests: list[Any]) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         for request in requests:
             sender = request.get_response_sender()
             try:
-                job = self._admit(request, sender)
+                job = self._job(request, sender)
             except BadRequest as exc:
-                sender.send(error(str(exc)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(error(str(exc)), flags=final)
                 continue
             except Exception as exc:
-                reply = error(f"request failed: {exc}", pb_utils.TritonError.INTERNAL)
-                sender.send(reply, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(error(f"request failed: {exc}", pb_utils.TritonError.INTERNAL), flags=final)
                 continue
-            if job is not None:
+            if self._admit(job):
                 job.task = asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
+            else:
+                job.lane.metrics.count_refusal()
+                sender.send(
+                    error(self._full_message(job.lane), pb_utils.TritonError.UNAVAILABLE), flags=final
+                )
         return None
 
-    def _admit(self, request: Any, sender: Any) -> Job | None:
-        """The job to run, None if refused (engine full; already answered); BadRequest if invalid."""
+    def _admit(self, job: Job) -> bool:
+        """Count the job in its lane, or False when the lane is at its bound."""
         with self.lock:
-            full = len(self.inflight) >= self.bound
-        if full:
-            self.metrics.count_refusal()
-            message = f"{REFUSED}: {self.bound} requests running or waiting (max_num_seqs + max_waiting)"
-            sender.send(
-                error(message, pb_utils.TritonError.UNAVAILABLE),
-                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-            )
-            return None
-        job = self._job(request, sender)
-        with self.lock:
-            self.inflight[job.id] = job
-        return job
+            if job.lane.inflight >= job.lane.bound:
+                return False
+            job.lane.inflight += 1
+            self.jobs[job.id] = job
+        return True
+
+    def _full_message(self, lane: Lane) -> str:
+        where = f"lane '{lane.rule.name}': " if len(self.lanes) > 1 else ""
+        return f"{REFUSED}: {where}{lane.bound} requests running or waiting (max_num_seqs + max_waiting)"
 
     def _job(self, request: Any, sender: Any) -> Job:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -434,30 +506,28 @@ class TritonPythonModel:
             parsed = parse_request(get, request.parameters(), self.known)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
-        if parsed.messages is not None:
-            text = str(
-                self.tokenizer.apply_chat_template(
-                    parsed.messages, tokenize=False, add_generation_prompt=True
-                )
-            )
-        else:
-            text = str(parsed.prompt)
+        text = self._render(parsed)
         ids = list(self.tokenizer.encode(text, add_special_tokens=parsed.messages is None))
-        sampling = dict(
-            parsed.sampling, max_tokens=check_length(len(ids), parsed.sampling, self.max_model_len)
-        )
+        max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len)
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
         try:
-            params = SamplingParams(**sampling, output_kind=kind)
+            params = SamplingParams(**dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
         except (TypeError, ValueError) as exc:
             raise BadRequest(f"sampling_parameters: {exc}".splitlines()[0]) from None
-        return Job(sender, parsed, text, ids, params)
+        lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
+        return Job(sender, parsed, text, ids, params, lane)
+
+    def _render(self, parsed: Parsed) -> str:
+        if parsed.messages is None:
+            return str(parsed.prompt)
+        chat = self.tokenizer.apply_chat_template(parsed.messages, tokenize=False, add_generation_prompt=True)
+        return str(chat)
 
     async def _generate(self, job: Job) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
             prompt = {"prompt_token_ids": job.token_ids}
-            stream = self.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
+            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
             async for out in stream:
                 self._emit(job, out)
         except asyncio.CancelledError:  # the watcher saw is_cancelled(); vLLM aborted the request
@@ -484,7 +554,8 @@ class TritonPythonModel:
         if flags:
             job.done = True
             with self.lock:
-                self.inflight.pop(job.id, None)
+                self.jobs.pop(job.id, None)
+                job.lane.inflight -= 1
         self.outbox.put((job, reply, flags))
 
     # -- threads --
@@ -500,7 +571,7 @@ class TritonPythonModel:
     def _watch_loop(self) -> None:
         while not self.stopping.wait(WATCH_PERIOD):
             with self.lock:
-                jobs = list(self.inflight.values())
+                jobs = list(self.jobs.values())
             for job in jobs:
                 if job.task is not None and not job.done and job.sender.is_cancelled():
                     job.task.cancel()  # cancels the asyncio task: vLLM aborts the request
@@ -508,7 +579,7 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.stopping.set()
         with self.lock:
-            jobs = list(self.inflight.values())
+            jobs = list(self.jobs.values())
         for job in jobs:
             if job.task is not None:
                 job.task.cancel()
@@ -518,7 +589,9 @@ class TritonPythonModel:
         self.loop_thread.join(timeout=10)
         for thread in self.threads:
             thread.join(timeout=5)
-        self.engine.shutdown()
-        del self.engine  # its __del__ shuts down again: let it run now, not at interpreter exit
+        for lane in self.lanes:
+            lane.engine.shutdown()
+            lane.engine = None  # AsyncLLM.__del__ shuts down again: let it run now, not at exit
+            lane.metrics.close()
         gc.collect()
-        self.metrics.close()
+        self.families = None  # after their metrics

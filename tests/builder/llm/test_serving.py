@@ -12,6 +12,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from builder.llm.serving import (
     Device,
     EngineArgs,
+    Lane,
     SchedulingPolicy,
     ServingSettings,
     local_config,
@@ -100,3 +101,26 @@ def test_write_local_model_lays_out_the_folder(tmp_path: Path) -> None:
     assert json.loads((version / "model.json").read_text())["model"] == "checkpoint"
     cfg = text_format.Parse((tmp_path / "chat" / "config.pbtxt").read_text(), ModelConfig())
     assert cfg.name == "chat" and cfg.parameters["max_waiting_requests"].string_value == "3"
+
+
+def test_lanes_go_to_a_json_parameter_the_model_reads() -> None:
+    from builder.python_models.vllm_engine.model import LaneRule, parse_lanes
+
+    lanes = (Lane("long", min_tokens=256, max_num_seqs=2, cpus="1"),)
+    cfg = local_config("chat", ServingSettings(lanes=lanes))
+    rules = parse_lanes(cfg.parameters["lanes"].string_value)
+    assert rules == [LaneRule("default"), LaneRule("long", 256, 2, None, "1")]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Lane("default", 10), "not 'default'"),
+        (lambda: Lane("long", 0), "lane 'long': min_tokens must be at least 1, got 0"),
+        (lambda: Lane("long", 10, max_num_seqs=0), "lane 'long': max_num_seqs must be at least 1"),
+        (lambda: ServingSettings(lanes=(Lane("a", 1), Lane("a", 2))), "lane names must be unique"),
+    ],
+)
+def test_bad_lanes_name_the_lane(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]

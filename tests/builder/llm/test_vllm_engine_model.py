@@ -116,3 +116,26 @@ def test_config_parameter_reads_string_values() -> None:
     config = {"parameters": {"max_waiting_requests": {"string_value": "7"}}}
     assert m.config_parameter(config, "max_waiting_requests", "3") == "7"
     assert m.config_parameter({}, "max_waiting_requests", "3") == "3"
+
+
+def test_lanes_route_by_prompt_plus_max_tokens() -> None:
+    rules = m.parse_lanes('[{"name": "huge", "min_tokens": 1000}, {"name": "long", "min_tokens": 200}]')
+    assert [r.name for r in rules] == ["default", "long", "huge"]
+    assert [rules[m.route(rules, n)].name for n in (1, 199, 200, 999, 1000, 5000)] == [
+        "default", "default", "long", "long", "huge", "huge",
+    ]  # fmt: skip
+    assert m.parse_lanes("") == [m.LaneRule("default")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "parameter lanes: "),
+        ('[{"name": "x", "min_tokens": 5, "colour": 1}]', "unexpected keyword argument 'colour'"),
+        ('[{"name": "default", "min_tokens": 5}]', "not 'default'"),
+        ('[{"name": "x", "min_tokens": 0}]', "min_tokens >= 1"),
+    ],
+)
+def test_bad_lanes_parameter(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        m.parse_lanes(text)
