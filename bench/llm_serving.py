@@ -1,7 +1,7 @@
 """LLM serving through tritonserver's ``vllm_engine`` model: output tokens/s at 1 and 16 streams,
 time to first token, engine start time and the resident memory of server + stub + engine.
 
-    TRITONFORGE_LLM_CHECKPOINT=/path/to/checkpoint python -m bench.llm_serving
+    TRITONFORGE_LLM_CHECKPOINT=/path/to/checkpoint python -m bench.llm_serving [bfloat16:auto float32 ...]
 
 Runs in an interpreter that has vLLM (the server's Python stub uses the same environment).
 Every request: 64 new tokens, ``ignore_eos``, temperature 0, over gRPC streaming.
@@ -27,7 +27,7 @@ from clients.generator import AsyncGenerator
 MODEL = "smollm2"
 NEW_TOKENS = 64
 PROMPT = "Write a short story about a lighthouse keeper."
-ENGINE = {"max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0, "dtype": "bfloat16"}
+ENGINE = {"max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0}
 
 
 async def one_stream(gen: AsyncGenerator) -> dict[str, float]:
@@ -90,15 +90,14 @@ def cpu_flags() -> list[str]:
     return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
 
 
-def main() -> int:
-    checkpoint = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
-    if not checkpoint:
-        print("set TRITONFORGE_LLM_CHECKPOINT to a checkpoint folder", file=sys.stderr)
-        return 2
+def measure(checkpoint: str, dtype: str, bind: str) -> dict[str, Any]:
+    """One server with the engine's OpenMP threads bound as ``bind`` (vLLM's ``auto``: all cores
+    but one, which it leaves to the frontend), measured at 1 and 16 streams."""
     repo = Path(tempfile.mkdtemp(prefix="llm-bench-")) / "repo"
-    engine = EngineArgs(model=str(Path(checkpoint).resolve()), **ENGINE)  # type: ignore[arg-type]
+    engine = EngineArgs(model=str(Path(checkpoint).resolve()), dtype=dtype, **ENGINE)  # type: ignore[arg-type]
     write_local_model(repo / MODEL, engine, ServingSettings(max_waiting=16))
-    server = TritonServer(repo, log_path=repo.parent / "server.log")
+    env = {} if bind == "auto" else {"VLLM_CPU_OMP_THREADS_BIND": bind}
+    server = TritonServer(repo, log_path=repo.parent / "server.log", env=env)
     start = time.monotonic()
     server.start(timeout=600)
     started_s = time.monotonic() - start
@@ -109,9 +108,8 @@ def main() -> int:
         loaded_rss = tree_rss_mib(server.pid or 0)
     finally:
         server.stop()
-    result = {
-        "machine": {**machine(), "cpu_flags": cpu_flags()},
-        "engine": {**ENGINE, "enforce_eager": engine.enforce_eager, "new_tokens": NEW_TOKENS},
+    return {
+        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "server_start_s": round(started_s, 1),
         "one_stream": one,
         "sixteen_streams": sixteen,
@@ -119,6 +117,25 @@ def main() -> int:
         "rss_mib_idle": idle_rss,
         "rss_mib_after_load": loaded_rss,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.llm_serving [RUN ...]``, RUN = DTYPE[:OMP_BIND] (default bfloat16:auto)."""
+    checkpoint = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
+    if not checkpoint:
+        print("set TRITONFORGE_LLM_CHECKPOINT to a checkpoint folder", file=sys.stderr)
+        return 2
+    runs = (sys.argv[1:] if argv is None else argv) or ["bfloat16:auto"]
+    result: dict[str, Any] = {
+        "machine": {**machine(), "cpu_flags": cpu_flags()},
+        "engine": {**ENGINE, "enforce_eager": True, "new_tokens": NEW_TOKENS, "ignore_eos": True},
+        "runs": {},
+    }
+    for run in runs:
+        dtype, _, bind = run.partition(":")
+        result["runs"][f"dtype={dtype} omp_bind={bind or 'auto'}"] = measure(
+            checkpoint, dtype, bind or "auto"
+        )
     print(save("llm_serving", result))
     print(result)
     return 0

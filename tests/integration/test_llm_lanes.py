@@ -27,7 +27,9 @@ LONG_TOKENS = 300
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    engine = EngineArgs(model="checkpoint", max_model_len=512, max_num_seqs=4, kv_cache_space_gib=0.5)
+    engine = EngineArgs(
+        model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4, kv_cache_space_gib=0.5
+    )
     lanes = (Lane("long", min_tokens=200, max_num_seqs=1, max_waiting=0, cpus="1"),)
     with llm_server(tmp_path_factory.mktemp("lanes"), engine, ServingSettings(lanes=lanes)) as s:
         yield s

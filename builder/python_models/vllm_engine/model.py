@@ -185,11 +185,13 @@ def _prompt(
     return prompt, None
 
 
-def check_length(n_prompt: int, sampling: dict[str, Any], max_model_len: int) -> int:
+def check_length(
+    n_prompt: int, sampling: dict[str, Any], max_model_len: int, field: str = "text_input"
+) -> int:
     """max_tokens to use; BadRequest when the prompt or prompt + max_tokens exceeds max_model_len."""
     if n_prompt >= max_model_len:
         raise BadRequest(
-            f"text_input is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
+            f"{field} is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
             "(prompt and output together)"
         )
     room = max_model_len - n_prompt
@@ -309,35 +311,52 @@ def metric_families() -> list[Any] | None:
 
 
 class Metrics:
-    """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off."""
+    """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off.
+
+    Each update is a round trip to the server: a thread of its own makes them, so the engine's
+    event loop (which calls ``record`` every step) never waits for one.
+    """
 
     def __init__(self, families: list[Any] | None, labels: dict[str, str]) -> None:
         self.on = families is not None
+        self.updates: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         if families is None:
             return
         ttft, tpot, *rest = families
         self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
         self.tpot = tpot.Metric(labels=labels, buckets=TPOT_BUCKETS)
         self.running, self.waiting, self.kv_usage, self.refused = (f.Metric(labels=labels) for f in rest)
+        self.thread = threading.Thread(target=self._update_loop, name="vllm-metrics", daemon=True)
+        self.thread.start()
 
     def record(self, scheduler: Any, iteration: Any) -> None:
         if not self.on:
             return
+        gauges = None
         if scheduler is not None:
-            self.running.set(scheduler.num_running_reqs)
-            self.waiting.set(scheduler.num_waiting_reqs)
-            self.kv_usage.set(scheduler.kv_cache_usage)
-        if iteration is not None:
-            for value in iteration.time_to_first_tokens_iter:
+            gauges = (scheduler.num_running_reqs, scheduler.num_waiting_reqs, scheduler.kv_cache_usage)
+        ttfts = list(iteration.time_to_first_tokens_iter) if iteration is not None else []
+        itls = list(iteration.inter_token_latencies_iter) if iteration is not None else []
+        self.updates.put((gauges, ttfts, itls))
+
+    def _update_loop(self) -> None:
+        while (update := self.updates.get()) is not None:
+            gauges, ttfts, itls = update
+            if gauges is not None:
+                for metric, value in zip((self.running, self.waiting, self.kv_usage), gauges, strict=True):
+                    metric.set(value)
+            for value in ttfts:
                 self.ttft.observe(value)
-            for value in iteration.inter_token_latencies_iter:
+            for value in itls:
                 self.tpot.observe(value)
 
     def close(self) -> None:
         """Metrics go before their families (the stub insists on that order)."""
         if self.on:
-            self.ttft = self.tpot = self.running = self.waiting = self.kv_usage = self.refused = None
             self.on = False
+            self.updates.put(None)
+            self.thread.join(timeout=5)
+            self.ttft = self.tpot = self.running = self.waiting = self.kv_usage = self.refused = None
 
     def count_refusal(self) -> None:
         if self.on:
@@ -385,7 +404,6 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
         self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
-        self.max_model_len = int(self.engine_config.get("max_model_len", 2048))
         self.known = set(SamplingParams.__struct_fields__)
         self.families = metric_families()
         labels = {"model": args["model_name"], "version": args["model_version"]}
@@ -398,6 +416,8 @@ class TritonPythonModel:
         self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
         self.stopping = threading.Event()
         self._start_engines()
+        # The engine's own figure (model.json may leave it to the checkpoint's config).
+        self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
         self.threads = [
             threading.Thread(target=self._send_loop, name="vllm-send", daemon=True),
             threading.Thread(target=self._watch_loop, name="vllm-watch", daemon=True),
@@ -508,7 +528,8 @@ class TritonPythonModel:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
         text = self._render(parsed)
         ids = list(self.tokenizer.encode(text, add_special_tokens=parsed.messages is None))
-        max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len)
+        field = "text_input" if parsed.messages is None else "messages"
+        max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len, field)
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
         try:
             params = SamplingParams(**dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
