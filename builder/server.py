@@ -22,7 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -126,6 +126,7 @@ class TritonServer:
         load_models: list[str] | None = None,
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if model_control not in ("none", "explicit", "poll"):
             raise ValueError(f"model_control '{model_control}': choose none, explicit or poll")
@@ -135,6 +136,7 @@ class TritonServer:
         self.model_control = model_control
         self.load_models = list(load_models or [])
         self.extra_args = list(extra_args)
+        self.env = dict(env or {})  # added to the server's environment (e.g. OMP / vLLM settings)
         self._log_given = log_path
         self.log_path: Path | None = log_path
         self._restarted = False
@@ -175,7 +177,7 @@ class TritonServer:
             "--allow-gpu-metrics=false",
         ]
         cmd += [f"--load-model={m}" for m in self.load_models]
-        return cmd + self.extra_args, env
+        return cmd + self.extra_args, {**env, **self.env}
 
     def start(self, timeout: float = 120) -> None:
         """Start and wait for /v2/health/ready; retry with new ports if picked ones were taken."""

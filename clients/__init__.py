@@ -1,6 +1,8 @@
-"""Clients for a Triton server: `Client` (sync), `AsyncClient` (asyncio), task clients, typed errors.
+"""Clients for a Triton server: `Client` (sync), `AsyncClient` (asyncio), task clients, LLM
+`Generator` / `AsyncGenerator`, typed errors.
 
-Imports only tritonclient, numpy and the standard library (Pillow, optionally, for images).
+Imports only tritonclient (with the grpcio, urllib3 and aiohttp it brings), numpy and the standard
+library (Pillow, optionally, for images).
 """
 
 from .aio import AsyncClient
@@ -16,6 +18,7 @@ from .errors import (
     SharedMemoryError,
     TritonClientError,
 )
+from .generator import AsyncGenerator, Generation, Generator
 from .model import ModelInfo, TensorInfo
 from .retry import NO_RETRY, RetryPolicy
 from .settings import Settings
@@ -24,9 +27,12 @@ from .tasks import Classifier, Embedder, Prediction
 __all__ = [
     "NO_RETRY",
     "AsyncClient",
+    "AsyncGenerator",
     "Classifier",
     "Client",
     "Embedder",
+    "Generation",
+    "Generator",
     "InferenceTimeout",
     "InvalidInput",
     "InvalidResponse",

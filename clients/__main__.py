@@ -5,6 +5,7 @@ python -m clients -u 127.0.0.1:8001 metadata simple
 python -m clients -u http://127.0.0.1:8000 infer simple -i INPUT0='[[1,2,...]]' -i INPUT1=ones.npy
 python -m clients -u 127.0.0.1:8001 embed "a sentence" "another one"
 python -m clients -u 127.0.0.1:8001 classify cat.jpg dog.png --top-k 3
+python -m clients -u 127.0.0.1:8001 generate "What is the capital of France?" --chat --max-tokens 32
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tritonclient.utils import triton_to_np_dtype
 
 from .client import Client
 from .errors import TritonClientError
+from .generator import Generator
 from .model import ModelInfo
 from .tasks import Classifier, Embedder
 
@@ -49,7 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("images", nargs="+")
     classify.add_argument("--model", default="resnet18_image")
     classify.add_argument("--top-k", type=int, default=5)
+    generate = sub.add_parser("generate", help="stream an LLM's answer to the terminal")
+    generate.add_argument("prompt")
+    generate.add_argument("--model", default="smollm2")
+    generate.add_argument("--chat", action="store_true", help="send the prompt as a user chat message")
+    generate.add_argument("--max-tokens", type=int, default=128)
+    generate.add_argument("--temperature", type=float, default=0.0)
+    generate.add_argument("--top-p", type=float, default=1.0)
+    generate.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    generate.add_argument("--priority", type=int, default=0, help="lower runs first")
     return parser
+
+
+def _generate(args: argparse.Namespace) -> None:
+    prompt: Any = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
+    with Generator(args.url, args.model, args.protocol, timeout=args.timeout) as gen:
+        pieces = gen.stream(prompt, args.max_tokens, args.temperature, args.top_p, args.stop, args.priority)
+        for piece in pieces:
+            print(piece, end="", flush=True)
+    print()
 
 
 def _read_input(info: ModelInfo, item: str) -> tuple[str, NDArray[Any]]:
@@ -72,6 +92,9 @@ def _jsonable(array: NDArray[Any]) -> Any:
 
 def _run(args: argparse.Namespace) -> None:
     kwargs = {"protocol": args.protocol, "timeout": args.timeout}
+    if args.command == "generate":
+        _generate(args)
+        return
     if args.command == "embed":
         with Embedder(args.url, args.model, **kwargs) as embedder:
             print(json.dumps(embedder.embed(args.texts).tolist()))

@@ -53,7 +53,7 @@ class SharedMemoryError(TritonClientError):
     """A system shared-memory region could not be created, registered or read."""
 
 
-_REJECTED = ("exceeds maximum queue size", "request timeout expired", "rate limit")
+_REJECTED = ("exceeds maximum queue size", "request timeout expired", "rate limit", "engine is full")
 _UNAVAILABLE = (
     "failed to connect",
     "connection refused",

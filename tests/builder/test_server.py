@@ -241,3 +241,9 @@ def test_restart_after_the_process_died_keeps_the_log(tmp_path: Path) -> None:
         server.restart()
         assert server.is_ready() and server.pid != first
         assert log.stat().st_size > size  # appended to, the first run's lines kept
+
+
+def test_extra_environment_reaches_the_server_command(tmp_path: Path) -> None:
+    server = TritonServer(tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"})
+    _, env = server.command()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "PATH" in env

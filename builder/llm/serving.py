@@ -1,0 +1,209 @@
+"""What the repository writer needs to serve an LLM on the ``local`` target.
+
+``EngineArgs`` → ``model_json`` (the vLLM engine arguments, written to ``<model>/1/model.json``)
+and ``ServingSettings`` → ``local_config`` (the decoupled Python-backend ``ModelConfig`` of
+``builder/python_models/vllm_engine/model.py``, which speaks Triton's vLLM-backend interface).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import (
+    DataType,
+    ModelConfig,
+    ModelInput,
+    ModelInstanceGroup,
+    ModelOutput,
+    ModelTransactionPolicy,
+)
+
+ENGINE_ARGS_FILE = "model.json"
+MODEL_SOURCE = Path(__file__).parents[1] / "python_models" / "vllm_engine" / "model.py"
+GIB = 1 << 30
+
+
+class SchedulingPolicy(str, Enum):
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+class Device(str, Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The vLLM engine's arguments. ``model`` is a checkpoint folder: absolute, or relative to the
+    version folder (for example ``checkpoint``, when the build puts it at ``1/checkpoint/``)."""
+
+    model: str
+    dtype: str = "bfloat16"
+    max_model_len: int = 2048
+    max_num_seqs: int = 16
+    device: Device = Device.CPU
+    kv_cache_space_gib: float = 1.0  # CPU: KV-cache memory
+    gpu_memory_utilization: float = 0.9  # GPU: share of the device's memory vLLM may take
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
+    enforce_eager: bool = True
+    max_num_batched_tokens: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("engine: model (the checkpoint folder) is empty")
+        for name in ("max_model_len", "max_num_seqs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"engine: {name} must be at least 1, got {getattr(self, name)}")
+        if self.kv_cache_space_gib <= 0:
+            raise ValueError(f"engine: kv_cache_space_gib must be > 0, got {self.kv_cache_space_gib}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"engine: gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"engine: max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class Lane:
+    """An engine of its own for long jobs: requests whose prompt + max_tokens reach ``min_tokens``.
+
+    ``max_num_seqs`` / ``max_waiting`` default to the main engine's / the lane's own max_num_seqs;
+    ``cpus`` pins the lane's engine on the CPU (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"1"``).
+    """
+
+    name: str
+    min_tokens: int
+    max_num_seqs: int | None = None
+    max_waiting: int | None = None
+    cpus: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name == "default":
+            raise ValueError(f"lane: name must be set and not 'default', got {self.name!r}")
+        if self.min_tokens < 1:
+            raise ValueError(f"lane '{self.name}': min_tokens must be at least 1, got {self.min_tokens}")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ValueError(f"lane '{self.name}': max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ValueError(f"lane '{self.name}': max_waiting must be >= 0, got {self.max_waiting}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """tritonforge's own serving settings, carried as config parameters.
+
+    ``max_waiting``: requests allowed to wait beyond the ``max_num_seqs`` running; a request that
+    finds ``max_num_seqs + max_waiting`` in flight is refused at once (None: ``max_num_seqs``).
+    ``lanes``: engines of their own for long jobs; ``execution_env``: a conda-pack archive for
+    Triton's per-model execution environment.
+    """
+
+    max_waiting: int | None = None
+    lanes: tuple[Lane, ...] = ()
+    execution_env: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ValueError(f"serving: max_waiting must be >= 0, got {self.max_waiting}")
+        names = [lane.name for lane in self.lanes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"serving: lane names must be unique, got {names}")
+
+
+def model_json(args: EngineArgs) -> dict[str, Any]:
+    """The engine arguments as ``model.json`` holds them (keys of vLLM's ``AsyncEngineArgs``)."""
+    out: dict[str, Any] = {
+        "model": args.model,
+        "dtype": args.dtype,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "enable_chunked_prefill": args.enable_chunked_prefill,
+        "scheduling_policy": SchedulingPolicy(args.scheduling_policy).value,
+        "enforce_eager": args.enforce_eager,
+        "seed": args.seed,
+        # The model's own stat logger feeds Triton's metrics; vLLM's default loggers stay off.
+        "disable_log_stats": True,
+    }
+    if Device(args.device) is Device.CPU:
+        out["kv_cache_memory_bytes"] = int(args.kv_cache_space_gib * GIB)
+    else:
+        out["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if args.max_num_batched_tokens is not None:
+        out["max_num_batched_tokens"] = args.max_num_batched_tokens
+    return out
+
+
+_STRING, _BOOL, _INT32, _UINT32 = (
+    DataType.Value(t) for t in ("TYPE_STRING", "TYPE_BOOL", "TYPE_INT32", "TYPE_UINT32")
+)
+
+# (name, type, dims, optional) as in Triton's vLLM backend; messages and priority are additions.
+INPUTS: tuple[tuple[str, int, list[int], bool], ...] = (
+    ("text_input", _STRING, [1], True),
+    ("messages", _STRING, [1], True),
+    ("stream", _BOOL, [1], True),
+    ("sampling_parameters", _STRING, [1], True),
+    ("exclude_input_in_output", _BOOL, [1], True),
+    ("return_finish_reason", _BOOL, [1], True),
+    ("return_num_input_tokens", _BOOL, [1], True),
+    ("return_num_output_tokens", _BOOL, [1], True),
+    ("priority", _INT32, [1], True),
+)
+OUTPUTS: tuple[tuple[str, int, list[int]], ...] = (
+    ("text_output", _STRING, [-1]),
+    ("finish_reason", _STRING, [-1]),
+    ("num_input_tokens", _UINT32, [1]),
+    ("num_output_tokens", _UINT32, [-1]),
+)
+
+
+def local_config(name: str, settings: ServingSettings | None = None) -> ModelConfig:
+    """The decoupled Python-backend config serving ``vllm_engine/model.py`` on the CPU."""
+    settings = settings or ServingSettings()
+    cfg = ModelConfig(
+        name=name,
+        backend="python",
+        max_batch_size=0,  # vLLM batches continuously; Triton must not
+        model_transaction_policy=ModelTransactionPolicy(decoupled=True),
+        instance_group=[ModelInstanceGroup(kind=ModelInstanceGroup.KIND_CPU, count=1)],
+    )
+    for key, dtype, dims, optional in INPUTS:
+        cfg.input.append(ModelInput(name=key, data_type=dtype, dims=dims, optional=optional))
+    for key, dtype, dims in OUTPUTS:
+        cfg.output.append(ModelOutput(name=key, data_type=dtype, dims=dims))
+    if settings.max_waiting is not None:
+        cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
+    if settings.lanes:
+        cfg.parameters["lanes"].string_value = json.dumps([lane.as_json() for lane in settings.lanes])
+    if settings.execution_env:
+        cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
+    return cfg
+
+
+def write_local_model(model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None) -> Path:
+    """``model_dir/config.pbtxt``, ``1/model.py`` and ``1/model.json``; returns the version folder."""
+    version = model_dir / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(MODEL_SOURCE, version / "model.py")
+    (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
+    config = local_config(model_dir.name, settings)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config), encoding="utf-8")
+    return version

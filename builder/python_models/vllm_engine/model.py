@@ -1,0 +1,618 @@
+"""Triton Python-backend model (decoupled) running vLLM's asynchronous engine inside tritonserver.
+
+Speaks the interface of Triton's vLLM backend: inputs ``text_input``, ``stream``,
+``sampling_parameters`` (JSON), ``exclude_input_in_output``, ``return_finish_reason``,
+``return_num_input_tokens``, ``return_num_output_tokens``; outputs ``text_output``,
+``finish_reason``, ``num_input_tokens``, ``num_output_tokens``. Engine arguments come from
+``model.json`` in the version folder (``model`` may be relative to that folder). Beyond that
+interface: ``messages`` (a JSON list of chat messages rendered with the tokenizer's chat template)
+and ``priority`` (an input or a request parameter; lower runs first, vLLM's convention).
+
+The engine runs on its own event loop thread; responses go out through one sender thread so the
+loop never waits on the server; a watcher thread turns ``is_cancelled()`` into an engine abort.
+A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
+Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
+``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
+The parsing helpers below import without Triton or vLLM, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import locale
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:  # only present inside tritonserver
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # pragma: no cover - outside Triton
+    pb_utils = None
+
+ENGINE_ARGS_FILE = "model.json"
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+REFUSED = "engine is full"  # clients map this phrase to RequestRejected
+RETURNS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
+INTS = {"n", "max_tokens", "min_tokens", "top_k", "seed", "logprobs", "prompt_logprobs"}
+FLOATS = {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
+OWNED = {"output_kind", "detokenize"}  # set by this model, never by a request
+DEFAULT_MAX_TOKENS = 16  # vLLM's own default
+WATCH_PERIOD = 0.05  # seconds between cancellation checks
+TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+TPOT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5]
+
+
+class BadRequest(ValueError):
+    """A request this model refuses (INVALID_ARG); the message names the request field."""
+
+
+@dataclass
+class Parsed:
+    """A request's fields, checked; ``prompt`` is None when ``messages`` carries the chat."""
+
+    prompt: str | None
+    messages: list[dict[str, str]] | None
+    stream: bool
+    exclude_input: bool
+    returns: set[str]
+    sampling: dict[str, Any]
+    priority: int
+
+
+# -- parsing (no Triton, no vLLM) ------------------------------------------------------------------
+
+
+def first(array: np.ndarray[Any, Any] | None) -> Any:
+    return None if array is None else np.asarray(array, dtype=object).reshape(-1)[0]
+
+
+def as_text(value: Any, name: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"{name} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if isinstance(value, str):
+        return value
+    raise BadRequest(f"{name} must be a string, got {type(value).__name__}")
+
+
+def parse_messages(text: str) -> list[dict[str, str]]:
+    try:
+        messages = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"messages is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    ok = isinstance(messages, list) and messages
+    if not ok or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+        raise BadRequest('messages must be a non-empty JSON list of {"role": ..., "content": ...}')
+    if not all(isinstance(m.get("role"), str) for m in messages):
+        raise BadRequest("messages: every message needs a string 'role'")
+    return messages  # type: ignore[no-any-return]
+
+
+def _convert(key: str, value: Any) -> Any:
+    """Numbers and booleans may come as strings (clients of Triton's vLLM backend send them so)."""
+    try:
+        if key in INTS and not isinstance(value, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if key in FLOATS and not isinstance(value, bool):
+            return float(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"sampling_parameters.{key} must be a number, got {value!r}") from None
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
+    """The sampling parameters a request sets; BadRequest for bad JSON, unknown keys, bad values."""
+    try:
+        params = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise BadRequest(
+            f"sampling_parameters is not valid JSON ({exc.msg} at character {exc.pos})"
+        ) from None
+    if not isinstance(params, dict):
+        raise BadRequest(f"sampling_parameters must be a JSON object, got {type(params).__name__}")
+    unknown = sorted(k for k in params if k not in known or k in OWNED)
+    if unknown:
+        raise BadRequest(f"sampling_parameters: unknown key(s) {', '.join(unknown)} (not vLLM sampling)")
+    params = {k: _convert(k, v) for k, v in params.items() if v is not None}
+    if params.get("temperature", 0.0) < 0:
+        raise BadRequest(f"sampling_parameters.temperature must be >= 0, got {params['temperature']}")
+    if params.get("max_tokens", 1) < 1:
+        raise BadRequest(f"sampling_parameters.max_tokens must be at least 1, got {params['max_tokens']}")
+    if params.get("n", 1) != 1:
+        raise BadRequest(f"sampling_parameters.n: only 1 is supported, got {params['n']}")
+    return params
+
+
+def parse_priority(value: Any) -> int:
+    try:
+        if isinstance(value, bool) or float(value) != int(value):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"priority must be an integer, got {value!r}") from None
+
+
+def parse_request(
+    get: Callable[[str], np.ndarray[Any, Any] | None], parameters: str, known: set[str]
+) -> Parsed:
+    """Check a request's inputs (``get(name)`` is the input's array or None) and parameters."""
+    params = json.loads(parameters or "{}")
+    raw_priority = first(get("priority"))
+    priority = parse_priority(params.pop("priority", 0) if raw_priority is None else raw_priority)
+    sampling_text = first(get("sampling_parameters"))
+    sampling_json = as_text(sampling_text, "sampling_parameters") if sampling_text is not None else ""
+    if sampling_text is None and params:  # as Triton's vLLM backend: request parameters instead
+        sampling_json = json.dumps(params)
+    flags = {name: bool(first(get(name))) for name in BOOLS if get(name) is not None}
+    stream = flags.get("stream", False)
+    exclude = flags.get("exclude_input_in_output", stream)
+    if stream and not exclude:
+        raise BadRequest("exclude_input_in_output must be true when stream is true")
+    prompt, messages = _prompt(get)
+    returns = {name for name in RETURNS if flags.get(name)}
+    return Parsed(prompt, messages, stream, exclude, returns, parse_sampling(sampling_json, known), priority)
+
+
+def _prompt(
+    get: Callable[[str], np.ndarray[Any, Any] | None],
+) -> tuple[str | None, list[dict[str, str]] | None]:
+    raw_messages = first(get("messages"))
+    if raw_messages is not None:
+        return None, parse_messages(as_text(raw_messages, "messages"))
+    raw = first(get("text_input"))
+    if raw is None:
+        raise BadRequest("text_input is required (or messages)")
+    prompt = as_text(raw, "text_input")
+    if not prompt.strip():
+        raise BadRequest("text_input is empty")
+    return prompt, None
+
+
+def check_length(
+    n_prompt: int, sampling: dict[str, Any], max_model_len: int, field: str = "text_input"
+) -> int:
+    """max_tokens to use; BadRequest when the prompt or prompt + max_tokens exceeds max_model_len."""
+    if n_prompt >= max_model_len:
+        raise BadRequest(
+            f"{field} is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
+            "(prompt and output together)"
+        )
+    room = max_model_len - n_prompt
+    max_tokens = int(sampling.get("max_tokens", min(DEFAULT_MAX_TOKENS, room)))
+    if max_tokens > room:
+        raise BadRequest(
+            f"sampling_parameters.max_tokens {max_tokens} is above the limit {room} "
+            f"(max_model_len {max_model_len} - {n_prompt} prompt tokens)"
+        )
+    return max_tokens
+
+
+def engine_args(version_dir: Path) -> dict[str, Any]:
+    """model.json, with a relative ``model`` (or ``tokenizer``) resolved against the version folder."""
+    path = version_dir / ENGINE_ARGS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; it holds the vLLM engine arguments")
+    args: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("model", "tokenizer"):
+        if key in args and not Path(args[key]).is_absolute() and (version_dir / args[key]).exists():
+            args[key] = str(version_dir / args[key])
+    return args
+
+
+@dataclass(frozen=True)
+class LaneRule:
+    """An engine of its own for requests whose prompt + max_tokens reach ``min_tokens``."""
+
+    name: str
+    min_tokens: int = 0
+    max_num_seqs: int | None = None  # None: model.json's
+    max_waiting: int | None = None  # None: the lane's max_num_seqs
+    cpus: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for this lane's engine (CPU)
+
+
+def parse_lanes(text: str) -> list[LaneRule]:
+    """The ``lanes`` parameter (a JSON list of rules) after the default lane; ValueError if bad."""
+    try:
+        items = json.loads(text) if text.strip() else []
+        rules = [LaneRule(**item) for item in items]
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"parameter lanes: {exc} (want a JSON list of {{name, min_tokens, ...}})") from None
+    names = [r.name for r in rules]
+    if "default" in names or len(set(names)) != len(names):
+        raise ValueError(f"parameter lanes: names must be unique and not 'default', got {names}")
+    if any(r.min_tokens < 1 for r in rules):
+        raise ValueError("parameter lanes: every lane needs min_tokens >= 1")
+    return [LaneRule("default"), *sorted(rules, key=lambda r: r.min_tokens)]
+
+
+def route(rules: list[LaneRule], total_tokens: int) -> int:
+    """The index of the lane with the largest ``min_tokens`` that ``total_tokens`` reaches."""
+    return max(i for i, r in enumerate(rules) if total_tokens >= r.min_tokens)
+
+
+def config_parameter(config: dict[str, Any], name: str, default: str) -> str:
+    value = config.get("parameters", {}).get(name, {}).get("string_value", "")
+    return str(value) if value else default
+
+
+# -- one request in flight -------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """A request admitted to the engine."""
+
+    sender: Any
+    parsed: Parsed
+    prompt_text: str
+    token_ids: list[int]
+    sampling: Any
+    lane: Any  # the Lane it runs on
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    task: Any = None
+    done: bool = False
+
+
+def tensor(name: str, values: list[Any], dtype: Any) -> Any:
+    return pb_utils.Tensor(name, np.asarray(values, dtype=dtype))
+
+
+def response(job: Job, text: str, n_tokens: int, finish: Any) -> Any:
+    outputs = [tensor("text_output", [text.encode("utf-8")], np.object_)]
+    if "return_finish_reason" in job.parsed.returns:
+        outputs.append(tensor("finish_reason", [str(finish).encode("utf-8")], np.object_))
+    if "return_num_input_tokens" in job.parsed.returns:
+        outputs.append(tensor("num_input_tokens", [len(job.token_ids)], np.uint32))
+    if "return_num_output_tokens" in job.parsed.returns:
+        outputs.append(tensor("num_output_tokens", [n_tokens], np.uint32))
+    return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+def error(message: str, code: Any = None) -> Any:
+    code = pb_utils.TritonError.INVALID_ARG if code is None else code
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+
+def metric_families() -> list[Any] | None:
+    """The custom metric families; None when the server has metrics off."""
+    family = pb_utils.MetricFamily
+    try:
+        return [
+            family("vllm:time_to_first_token_seconds", "Time to first token (s)", family.HISTOGRAM),
+            family("vllm:time_per_output_token_seconds", "Time per output token (s)", family.HISTOGRAM),
+            family("vllm:num_requests_running", "Requests running in the engine", family.GAUGE),
+            family("vllm:num_requests_waiting", "Requests waiting in the engine", family.GAUGE),
+            family("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (0-1)", family.GAUGE),
+            family("tritonforge:requests_refused_total", "Requests refused: engine full", family.COUNTER),
+        ]
+    except Exception as exc:  # "metrics not supported" when started with --allow-metrics=false
+        pb_utils.Logger.log_warn(f"vllm_engine: custom metrics off ({exc})")
+        return None
+
+
+class Metrics:
+    """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off.
+
+    Each update is a round trip to the server: a thread of its own makes them, so the engine's
+    event loop (which calls ``record`` every step) never waits for one.
+    """
+
+    def __init__(self, families: list[Any] | None, labels: dict[str, str]) -> None:
+        self.on = families is not None
+        self.updates: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        if families is None:
+            return
+        ttft, tpot, *rest = families
+        self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
+        self.tpot = tpot.Metric(labels=labels, buckets=TPOT_BUCKETS)
+        self.running, self.waiting, self.kv_usage, self.refused = (f.Metric(labels=labels) for f in rest)
+        self.thread = threading.Thread(target=self._update_loop, name="vllm-metrics", daemon=True)
+        self.thread.start()
+
+    def record(self, scheduler: Any, iteration: Any) -> None:
+        if not self.on:
+            return
+        gauges = None
+        if scheduler is not None:
+            gauges = (scheduler.num_running_reqs, scheduler.num_waiting_reqs, scheduler.kv_cache_usage)
+        ttfts = list(iteration.time_to_first_tokens_iter) if iteration is not None else []
+        itls = list(iteration.inter_token_latencies_iter) if iteration is not None else []
+        self.updates.put((gauges, ttfts, itls))
+
+    def _update_loop(self) -> None:
+        while (update := self.updates.get()) is not None:
+            gauges, ttfts, itls = update
+            if gauges is not None:
+                for metric, value in zip((self.running, self.waiting, self.kv_usage), gauges, strict=True):
+                    metric.set(value)
+            for value in ttfts:
+                self.ttft.observe(value)
+            for value in itls:
+                self.tpot.observe(value)
+
+    def close(self) -> None:
+        """Metrics go before their families (the stub insists on that order)."""
+        if self.on:
+            self.on = False
+            self.updates.put(None)
+            self.thread.join(timeout=5)
+            self.ttft = self.tpot = self.running = self.waiting = self.kv_usage = self.refused = None
+
+    def count_refusal(self) -> None:
+        if self.on:
+            self.refused.increment(1)
+
+
+def stat_logger_factory(metrics: Metrics) -> Any:
+    """A vLLM stat-logger factory feeding ``metrics`` (the engine calls it once per engine)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class TritonStatLogger(StatLoggerBase):  # type: ignore[misc]
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any) -> None:
+            metrics.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return TritonStatLogger
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lane:
+    """One engine and the requests in flight on it."""
+
+    rule: LaneRule
+    bound: int  # max_num_seqs + max_waiting
+    metrics: Metrics
+    engine: Any = None
+    inflight: int = 0
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        # The stub runs in the C locale; torch's inductor reads UTF-8 files while vLLM imports.
+        locale.setlocale(locale.LC_ALL, "C.UTF-8")
+        from vllm.sampling_params import SamplingParams
+
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
+        self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
+        self.known = set(SamplingParams.__struct_fields__)
+        self.families = metric_families()
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        waiting = config_parameter(config, "max_waiting_requests", "")
+        self.lanes = [
+            self._lane(r, waiting, labels) for r in parse_lanes(config_parameter(config, "lanes", ""))
+        ]
+        self.jobs: dict[str, Job] = {}
+        self.lock = threading.Lock()
+        self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
+        self.stopping = threading.Event()
+        self._start_engines()
+        # The engine's own figure (model.json may leave it to the checkpoint's config).
+        self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
+        self.threads = [
+            threading.Thread(target=self._send_loop, name="vllm-send", daemon=True),
+            threading.Thread(target=self._watch_loop, name="vllm-watch", daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _lane(self, rule: LaneRule, waiting: str, labels: dict[str, str]) -> Lane:
+        seqs = rule.max_num_seqs or int(self.engine_config.get("max_num_seqs", 256))
+        if rule.name == "default":
+            extra = int(waiting) if waiting else seqs
+        else:
+            extra = seqs if rule.max_waiting is None else rule.max_waiting
+        return Lane(rule, seqs + extra, Metrics(self.families, {**labels, "lane": rule.name}))
+
+    def _start_engines(self) -> None:
+        from vllm.tokenizers import get_tokenizer
+
+        config = self.engine_config
+        # Our own tokenizer instance: requests are tokenized on the stub's thread, not the loop's.
+        self.tokenizer = get_tokenizer(config.get("tokenizer") or config["model"])
+        self.loop = asyncio.new_event_loop()
+        started: queue.Queue[BaseException | None] = queue.Queue()
+        self.loop_thread = threading.Thread(
+            target=self._run_loop, args=(started,), name="vllm-loop", daemon=True
+        )
+        self.loop_thread.start()
+        outcome = started.get()
+        if outcome is not None:
+            raise outcome
+
+    def _run_loop(self, started: queue.Queue[BaseException | None]) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            for lane in self.lanes:
+                lane.engine = self.loop.run_until_complete(self._create_engine(lane))
+        except BaseException as exc:
+            started.put(exc)
+            return
+        started.put(None)
+        self.loop.run_forever()
+
+    async def _create_engine(self, lane: Lane) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        config = dict(self.engine_config)
+        if lane.rule.max_num_seqs:
+            config["max_num_seqs"] = lane.rule.max_num_seqs
+        factory = stat_logger_factory(lane.metrics)
+        previous = os.environ.get(OMP_BIND)
+        if lane.rule.cpus:  # read when the engine core process starts
+            os.environ[OMP_BIND] = lane.rule.cpus
+        try:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**config), stat_loggers=[factory])
+        finally:
+            if previous is None:
+                os.environ.pop(OMP_BIND, None)
+            else:
+                os.environ[OMP_BIND] = previous
+
+    # -- requests --
+
+    def execute(self, requests: list[Any]) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                job = self._job(request, sender)
+            except BadRequest as exc:
+                sender.send(error(str(exc)), flags=final)
+                continue
+            except Exception as exc:
+                sender.send(error(f"request failed: {exc}", pb_utils.TritonError.INTERNAL), flags=final)
+                continue
+            if self._admit(job):
+                job.task = asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
+            else:
+                job.lane.metrics.count_refusal()
+                sender.send(
+                    error(self._full_message(job.lane), pb_utils.TritonError.UNAVAILABLE), flags=final
+                )
+        return None
+
+    def _admit(self, job: Job) -> bool:
+        """Count the job in its lane, or False when the lane is at its bound."""
+        with self.lock:
+            if job.lane.inflight >= job.lane.bound:
+                return False
+            job.lane.inflight += 1
+            self.jobs[job.id] = job
+        return True
+
+    def _full_message(self, lane: Lane) -> str:
+        where = f"lane '{lane.rule.name}': " if len(self.lanes) > 1 else ""
+        return f"{REFUSED}: {where}{lane.bound} requests running or waiting (max_num_seqs + max_waiting)"
+
+    def _job(self, request: Any, sender: Any) -> Job:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        def get(name: str) -> np.ndarray[Any, Any] | None:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            return None if tensor is None else tensor.as_numpy()
+
+        try:
+            parsed = parse_request(get, request.parameters(), self.known)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
+        text = self._render(parsed)
+        ids = list(self.tokenizer.encode(text, add_special_tokens=parsed.messages is None))
+        field = "text_input" if parsed.messages is None else "messages"
+        max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len, field)
+        kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
+        try:
+            params = SamplingParams(**dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
+        except (TypeError, ValueError) as exc:
+            raise BadRequest(f"sampling_parameters: {exc}".splitlines()[0]) from None
+        lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
+        return Job(sender, parsed, text, ids, params, lane)
+
+    def _render(self, parsed: Parsed) -> str:
+        if parsed.messages is None:
+            return str(parsed.prompt)
+        chat = self.tokenizer.apply_chat_template(parsed.messages, tokenize=False, add_generation_prompt=True)
+        return str(chat)
+
+    async def _generate(self, job: Job) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            prompt = {"prompt_token_ids": job.token_ids}
+            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
+            async for out in stream:
+                self._emit(job, out)
+        except asyncio.CancelledError:  # the watcher saw is_cancelled(); vLLM aborted the request
+            self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
+        except Exception as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._post(job, error(f"generation failed: {message}", pb_utils.TritonError.INTERNAL), final)
+        finally:
+            if not job.done:  # the engine ended the stream without a finished output
+                self._post(job, error("generation ended early", pb_utils.TritonError.INTERNAL), final)
+
+    def _emit(self, job: Job, out: Any) -> None:
+        piece = out.outputs[0]
+        n_tokens = len(piece.token_ids)
+        text = piece.text
+        if not job.parsed.stream and not job.parsed.exclude_input:
+            text = job.prompt_text + text
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
+        self._post(job, response(job, text, n_tokens, piece.finish_reason), flags)
+
+    def _post(self, job: Job, reply: Any, flags: int) -> None:
+        if job.done:
+            return
+        if flags:
+            job.done = True
+            with self.lock:
+                self.jobs.pop(job.id, None)
+                job.lane.inflight -= 1
+        self.outbox.put((job, reply, flags))
+
+    # -- threads --
+
+    def _send_loop(self) -> None:
+        while (item := self.outbox.get()) is not None:
+            job, reply, flags = item
+            try:
+                job.sender.send(reply, flags=flags)
+            except Exception as exc:  # the client went away; nothing to answer
+                pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+
+    def _watch_loop(self) -> None:
+        while not self.stopping.wait(WATCH_PERIOD):
+            with self.lock:
+                jobs = list(self.jobs.values())
+            for job in jobs:
+                if job.task is not None and not job.done and job.sender.is_cancelled():
+                    job.task.cancel()  # cancels the asyncio task: vLLM aborts the request
+
+    def finalize(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            jobs = list(self.jobs.values())
+        for job in jobs:
+            if job.task is not None:
+                job.task.cancel()
+        time.sleep(0.2)  # let the cancelled jobs post their final responses
+        self.outbox.put(None)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop_thread.join(timeout=10)
+        for thread in self.threads:
+            thread.join(timeout=5)
+        for lane in self.lanes:
+            lane.engine.shutdown()
+            lane.engine = None  # AsyncLLM.__del__ shuts down again: let it run now, not at exit
+            lane.metrics.close()
+        gc.collect()
+        self.families = None  # after their metrics

@@ -1,0 +1,388 @@
+"""Text generation from an LLM served with Triton's vLLM-backend interface (decoupled model).
+
+`Generator(url).generate("prompt")` -> Generation; `.stream(...)` yields text pieces as the server
+makes them. gRPC goes through ``ModelStreamInfer`` (decoupled models have no unary infer), HTTP
+through ``/v2/models/M/generate`` and ``/generate_stream`` (server-sent events; ``/infer`` refuses
+decoupled models). Chat messages are sent as JSON in the model's ``messages`` input: the server
+renders them with the checkpoint's own chat template, so the client needs no tokenizer.
+Stopping a stream early (closing the iterator) cancels the request on the server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import urllib3
+from tritonclient.grpc import InferResult, service_pb2
+
+from .errors import InvalidInput, InvalidResponse, TritonClientError, translate
+from .protocol import parse_url
+
+Prompt = str | Sequence[Mapping[str, str]]
+# Bad-input errors of the model name the request field first; a gRPC stream error carries no status.
+FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output")
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str
+    num_input_tokens: int
+    num_output_tokens: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One response of a stream: its text, and the counts the server sent with it."""
+
+    text: str
+    finish_reason: str | None
+    num_input_tokens: int
+    num_output_tokens: int
+
+
+def request_fields(
+    prompt: Prompt, stream: bool, max_tokens: int, temperature: float, top_p: float,
+    stop: Sequence[str] | None, priority: int, extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The model's inputs for one request, as Python values keyed by input name."""
+    sampling: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
+    if stop:
+        sampling["stop"] = list(stop)
+    sampling.update(extra or {})
+    fields: dict[str, Any] = {
+        "stream": stream,
+        "exclude_input_in_output": True,
+        "sampling_parameters": json.dumps(sampling),
+        "return_finish_reason": True,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": True,
+        "priority": priority,
+    }
+    if isinstance(prompt, str):
+        fields["text_input"] = prompt
+    else:
+        fields["messages"] = json.dumps([dict(m) for m in prompt])
+    return fields
+
+
+def grpc_request(model: str, fields: Mapping[str, Any]) -> service_pb2.ModelInferRequest:
+    """A ModelInferRequest carrying ``fields`` (str -> BYTES, bool -> BOOL, int -> INT32)."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    for name, value in fields.items():
+        tensor = request.inputs.add(name=name, shape=[1])
+        if isinstance(value, bool):
+            tensor.datatype = "BOOL"
+            tensor.contents.bool_contents.append(value)
+        elif isinstance(value, int):
+            tensor.datatype = "INT32"
+            tensor.contents.int_contents.append(value)
+        else:
+            tensor.datatype = "BYTES"
+            tensor.contents.bytes_contents.append(str(value).encode("utf-8"))
+    return request
+
+
+def _scalar(array: np.ndarray[Any, Any] | None, default: Any) -> Any:
+    if array is None or array.size == 0:
+        return default
+    value = array.reshape(-1)[0]
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def piece_from_grpc(response: Any) -> tuple[Piece | None, bool]:
+    """(the piece, whether it is the last) from a ModelStreamInferResponse; raises its error."""
+    if response.error_message:
+        raise stream_error(response.error_message)
+    infer = response.infer_response
+    final = infer.parameters["triton_final_response"].bool_param
+    if not infer.outputs:  # the empty final response
+        return None, final
+    result = InferResult(infer)
+    return _piece({name: result.as_numpy(name) for name in _OUTPUTS}), final
+
+
+def piece_from_json(body: Mapping[str, Any]) -> Piece:
+    """A piece from one JSON response of ``generate`` / ``generate_stream``; raises its error."""
+    if "error" in body:
+        raise stream_error(str(body["error"]))
+    if "text_output" not in body:
+        raise InvalidResponse(f"response without text_output: {sorted(body)}")
+    return _piece({name: np.asarray(body.get(name)) if name in body else None for name in _OUTPUTS})
+
+
+_OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens")
+
+
+def _piece(values: Mapping[str, np.ndarray[Any, Any] | None]) -> Piece:
+    reason = _scalar(values["finish_reason"], None)
+    return Piece(
+        text=str(_scalar(values["text_output"], "")),
+        finish_reason=None if reason in (None, "None", "") else str(reason),
+        num_input_tokens=int(_scalar(values["num_input_tokens"], 0)),
+        num_output_tokens=int(_scalar(values["num_output_tokens"], 0)),
+    )
+
+
+def stream_error(message: str, status: str = "") -> TritonClientError:
+    """The typed error for a model's error message (streams carry no status code)."""
+    error = translate(_Raw(message, status))
+    if type(error) is TritonClientError and message.startswith(FIELDS):
+        return InvalidInput(message)
+    return error
+
+
+class _Raw(Exception):
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def join(pieces: Sequence[Piece]) -> Generation:
+    """The whole generation from its pieces (token counts per piece are deltas)."""
+    if not pieces:
+        raise InvalidResponse("the server sent no response")
+    reason = next((p.finish_reason for p in reversed(pieces) if p.finish_reason), "")
+    return Generation(
+        text="".join(p.text for p in pieces),
+        finish_reason=reason,
+        num_input_tokens=max(p.num_input_tokens for p in pieces),
+        num_output_tokens=sum(p.num_output_tokens for p in pieces),
+    )
+
+
+def sse_events(lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON payloads of server-sent events (``data: {...}`` lines)."""
+    for line in lines:
+        text = line.decode("utf-8").strip()
+        if text.startswith("data:"):
+            yield json.loads(text[5:])
+
+
+def _http_url(address: str, model: str, stream: bool) -> str:
+    return f"http://{address}/v2/models/{model}/generate" + ("_stream" if stream else "")
+
+
+def _http_status_error(status: int, data: bytes) -> TritonClientError:
+    try:
+        message = str(json.loads(data).get("error", data.decode("utf-8", "replace")))
+    except (ValueError, AttributeError):
+        message = data.decode("utf-8", "replace")
+    return stream_error(message, str(status))
+
+
+class Generator:
+    """`Generator("127.0.0.1:8001", "smollm2").generate("Hi")` -> Generation; `.stream(...)` -> pieces.
+
+    `timeout` (s) bounds each call (None: none). Lower `priority` runs first (vLLM's convention;
+    the model's engine needs ``scheduling_policy: priority``).
+    """
+
+    def __init__(
+        self, url: str, model: str, protocol: str | None = None, *, timeout: float | None = None
+    ) -> None:
+        self.address, self.protocol = parse_url(url, protocol)
+        self.model, self.timeout = model, timeout
+        if self.protocol == "grpc":
+            import grpc
+            from tritonclient.grpc import service_pb2_grpc
+
+            self._channel = grpc.insecure_channel(self.address)
+            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        else:
+            self._pool = urllib3.PoolManager(maxsize=64, block=False, retries=False)
+
+    def generate(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> Generation:  # fmt: skip
+        """The whole generation in one response (not streamed)."""
+        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
+        return join(list(self._pieces(fields)))
+
+    def stream(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> Iterator[str]:  # fmt: skip
+        """Text pieces as the server makes them (empty ones left out)."""
+        for piece in self.stream_pieces(prompt, max_tokens, temperature, top_p, stop, priority, **sampling):
+            if piece.text:
+                yield piece.text
+
+    def stream_pieces(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> Iterator[Piece]:  # fmt: skip
+        """Every streamed response with its finish reason and token counts."""
+        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
+        yield from self._pieces(fields)
+
+    def _pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
+        try:
+            if self.protocol == "grpc":
+                yield from self._grpc_pieces(fields)
+            else:
+                yield from self._http_pieces(fields)
+        except TritonClientError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    def _grpc_pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
+        call = self._stub.ModelStreamInfer(iter([grpc_request(self.model, fields)]), timeout=self.timeout)
+        try:
+            for response in call:
+                piece, final = piece_from_grpc(response)
+                if piece is not None:
+                    yield piece
+                if final:
+                    return
+        finally:
+            call.cancel()  # a no-op once the stream ended; cancels the request when closed early
+
+    def _http_pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
+        stream = bool(fields["stream"])
+        url = _http_url(self.address, self.model, stream)
+        timeout = urllib3.Timeout(connect=10.0, read=self.timeout)
+        reply = self._pool.request(
+            "POST", url, body=json.dumps(fields).encode(), headers={"Content-Type": "application/json"},
+            preload_content=False, timeout=timeout,
+        )  # fmt: skip
+        complete = False
+        try:
+            if reply.status != 200:
+                raise _http_status_error(reply.status, reply.read())
+            if not stream:
+                yield piece_from_json(json.loads(reply.read()))
+            else:
+                for event in sse_events(iter(reply.readline, b"")):
+                    yield piece_from_json(event)
+            complete = True
+        finally:
+            if complete:
+                reply.release_conn()
+            else:  # stopped early: dropping the connection cancels the request on the server
+                reply.close()
+
+    def close(self) -> None:
+        if self.protocol == "grpc":
+            self._channel.close()
+        else:
+            self._pool.clear()
+
+    def __enter__(self) -> Generator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncGenerator:
+    """The asyncio twin of `Generator` (grpc.aio and aiohttp)."""
+
+    def __init__(
+        self, url: str, model: str, protocol: str | None = None, *, timeout: float | None = None
+    ) -> None:
+        self.address, self.protocol = parse_url(url, protocol)
+        self.model, self.timeout = model, timeout
+        self._channel: Any = None
+        self._session: Any = None
+
+    def _grpc_stub(self) -> Any:
+        if self._channel is None:
+            import grpc.aio
+            from tritonclient.grpc import service_pb2_grpc
+
+            self._channel = grpc.aio.insecure_channel(self.address)
+            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub
+
+    def _http_session(self) -> Any:
+        if self._session is None:
+            import aiohttp
+
+            limit = aiohttp.TCPConnector(limit=0)
+            self._session = aiohttp.ClientSession(connector=limit)
+        return self._session
+
+    async def generate(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> Generation:  # fmt: skip
+        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
+        return join([p async for p in self._pieces(fields)])
+
+    async def stream(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> AsyncIterator[str]:  # fmt: skip
+        async for piece in self.stream_pieces(
+            prompt, max_tokens, temperature, top_p, stop, priority, **sampling
+        ):
+            if piece.text:
+                yield piece.text
+
+    async def stream_pieces(
+        self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+    ) -> AsyncIterator[Piece]:  # fmt: skip
+        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
+        async for piece in self._pieces(fields):
+            yield piece
+
+    async def _pieces(self, fields: dict[str, Any]) -> AsyncIterator[Piece]:
+        try:
+            source = self._grpc_pieces(fields) if self.protocol == "grpc" else self._http_pieces(fields)
+            async for piece in source:
+                yield piece
+        except TritonClientError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def _grpc_pieces(self, fields: dict[str, Any]) -> AsyncIterator[Piece]:
+        call = self._grpc_stub().ModelStreamInfer(
+            iter([grpc_request(self.model, fields)]), timeout=self.timeout
+        )
+        try:
+            async for response in call:
+                piece, final = piece_from_grpc(response)
+                if piece is not None:
+                    yield piece
+                if final:
+                    return
+        finally:
+            call.cancel()
+
+    async def _http_pieces(self, fields: dict[str, Any]) -> AsyncIterator[Piece]:
+        import aiohttp
+
+        stream = bool(fields["stream"])
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        url = _http_url(self.address, self.model, stream)
+        async with self._http_session().post(url, json=fields, timeout=timeout) as reply:
+            if reply.status != 200:
+                raise _http_status_error(reply.status, await reply.read())
+            if not stream:
+                yield piece_from_json(json.loads(await reply.read()))
+                return
+            async for line in reply.content:
+                for event in sse_events(iter([line])):
+                    yield piece_from_json(event)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> AsyncGenerator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

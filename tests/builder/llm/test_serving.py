@@ -1,0 +1,126 @@
+"""The local-target LLM entry: model.json from EngineArgs, the decoupled config, the model folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+from builder.llm.serving import (
+    Device,
+    EngineArgs,
+    Lane,
+    SchedulingPolicy,
+    ServingSettings,
+    local_config,
+    model_json,
+    write_local_model,
+)
+
+
+def test_model_json_on_cpu_sets_kv_bytes_and_no_gpu_share() -> None:
+    args = EngineArgs(model="checkpoint", max_model_len=1024, max_num_seqs=4, kv_cache_space_gib=1.5,
+                      scheduling_policy=SchedulingPolicy.PRIORITY)  # fmt: skip
+    out = model_json(args)
+    assert out["model"] == "checkpoint" and out["max_model_len"] == 1024 and out["max_num_seqs"] == 4
+    assert out["kv_cache_memory_bytes"] == int(1.5 * (1 << 30))
+    assert out["scheduling_policy"] == "priority" and out["disable_log_stats"] is True
+    assert "gpu_memory_utilization" not in out and "max_num_batched_tokens" not in out
+    json.dumps(out)  # plain JSON types only
+
+
+def test_model_json_on_gpu_sets_the_memory_share() -> None:
+    out = model_json(
+        EngineArgs(model="/m", device=Device.GPU, gpu_memory_utilization=0.5, max_num_batched_tokens=512)
+    )
+    assert out["gpu_memory_utilization"] == 0.5 and out["max_num_batched_tokens"] == 512
+    assert "kv_cache_memory_bytes" not in out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs must be at least 1, got 0"),
+        ({"max_model_len": -1}, "max_model_len must be at least 1"),
+        ({"kv_cache_space_gib": 0}, "kv_cache_space_gib must be > 0"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in"),
+        ({"model": ""}, "model"),
+    ],
+)
+def test_bad_engine_args_name_the_field(kwargs: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"model": "m", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        EngineArgs(**fields)  # type: ignore[arg-type]
+
+
+def test_local_config_is_decoupled_python_without_triton_batching() -> None:
+    cfg = local_config(
+        "chat", ServingSettings(max_waiting=12, execution_env="$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    )
+    assert cfg.backend == "python" and cfg.max_batch_size == 0
+    assert cfg.model_transaction_policy.decoupled
+    assert [g.kind for g in cfg.instance_group] == [ModelInstanceGroup.KIND_CPU] and cfg.instance_group[
+        0
+    ].count == 1
+    names = [i.name for i in cfg.input]
+    assert names[:1] == ["text_input"] and {
+        "stream",
+        "sampling_parameters",
+        "exclude_input_in_output",
+    } <= set(names)
+    assert [o.name for o in cfg.output] == [
+        "text_output",
+        "finish_reason",
+        "num_input_tokens",
+        "num_output_tokens",
+    ]
+    assert cfg.parameters["max_waiting_requests"].string_value == "12"
+    assert cfg.parameters["EXECUTION_ENV_PATH"].string_value.endswith("env.tar.gz")
+    # The text form parses back strictly into the same message.
+    assert text_format.Parse(text_format.MessageToString(cfg), ModelConfig()) == cfg
+
+
+def test_local_config_without_settings_has_no_parameters() -> None:
+    assert not local_config("chat").parameters
+
+
+def test_serving_settings_refuse_a_negative_bound() -> None:
+    with pytest.raises(ValueError, match="max_waiting must be >= 0, got -1"):
+        ServingSettings(max_waiting=-1)
+
+
+def test_write_local_model_lays_out_the_folder(tmp_path: Path) -> None:
+    version = write_local_model(
+        tmp_path / "chat", EngineArgs(model="checkpoint"), ServingSettings(max_waiting=3)
+    )
+    assert version == tmp_path / "chat" / "1"
+    assert (version / "model.py").read_text().startswith('"""Triton Python-backend model (decoupled)')
+    assert json.loads((version / "model.json").read_text())["model"] == "checkpoint"
+    cfg = text_format.Parse((tmp_path / "chat" / "config.pbtxt").read_text(), ModelConfig())
+    assert cfg.name == "chat" and cfg.parameters["max_waiting_requests"].string_value == "3"
+
+
+def test_lanes_go_to_a_json_parameter_the_model_reads() -> None:
+    from builder.python_models.vllm_engine.model import LaneRule, parse_lanes
+
+    lanes = (Lane("long", min_tokens=256, max_num_seqs=2, cpus="1"),)
+    cfg = local_config("chat", ServingSettings(lanes=lanes))
+    rules = parse_lanes(cfg.parameters["lanes"].string_value)
+    assert rules == [LaneRule("default"), LaneRule("long", 256, 2, None, "1")]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Lane("default", 10), "not 'default'"),
+        (lambda: Lane("long", 0), "lane 'long': min_tokens must be at least 1, got 0"),
+        (lambda: Lane("long", 10, max_num_seqs=0), "lane 'long': max_num_seqs must be at least 1"),
+        (lambda: ServingSettings(lanes=(Lane("a", 1), Lane("a", 2))), "lane names must be unique"),
+    ],
+)
+def test_bad_lanes_name_the_lane(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]

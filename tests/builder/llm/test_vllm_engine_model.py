@@ -1,0 +1,141 @@
+"""Request parsing of the vllm_engine Python model (its helpers import without Triton or vLLM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from builder.python_models.vllm_engine import model as m
+
+KNOWN = {"max_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "seed", "n", "output_kind"}
+
+
+def getter(**inputs: Any) -> Any:
+    arrays = {
+        k: np.array([v], dtype=object if isinstance(v, (str, bytes)) else None) for k, v in inputs.items()
+    }
+    return arrays.get
+
+
+def test_a_vllm_backend_request_parses_with_its_defaults() -> None:
+    parsed = m.parse_request(
+        getter(text_input=b"Hello", sampling_parameters=b'{"temperature": "0.5"}'), "", KNOWN
+    )
+    assert parsed.prompt == "Hello" and parsed.messages is None
+    assert not parsed.stream and not parsed.exclude_input  # non-streamed: the prompt is echoed, as there
+    assert parsed.sampling == {"temperature": 0.5} and parsed.priority == 0 and parsed.returns == set()
+
+
+def test_streaming_excludes_the_prompt_and_flags_select_outputs() -> None:
+    get = getter(
+        text_input="Hi", stream=True, return_finish_reason=True, return_num_output_tokens=True, priority=3
+    )
+    parsed = m.parse_request(get, "", KNOWN)
+    assert parsed.stream and parsed.exclude_input and parsed.priority == 3
+    assert parsed.returns == {"return_finish_reason", "return_num_output_tokens"}
+
+
+def test_request_parameters_stand_in_for_sampling_parameters() -> None:
+    parsed = m.parse_request(getter(text_input="Hi"), json.dumps({"max_tokens": "5", "priority": 2}), KNOWN)
+    assert parsed.sampling == {"max_tokens": 5} and parsed.priority == 2
+
+
+def test_messages_replace_text_input() -> None:
+    chat = json.dumps([{"role": "user", "content": "Hi"}])
+    parsed = m.parse_request(getter(messages=chat), "", KNOWN)
+    assert parsed.prompt is None and parsed.messages == [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({}, "text_input is required"),
+        ({"text_input": "   "}, "text_input is empty"),
+        ({"text_input": b"\xff\xfe"}, r"text_input is not valid UTF-8 \(invalid start byte at byte 0\)"),
+        ({"text_input": "x", "sampling_parameters": "{"}, "sampling_parameters is not valid JSON"),
+        (
+            {"text_input": "x", "sampling_parameters": "3"},
+            "sampling_parameters must be a JSON object, got int",
+        ),
+        ({"text_input": "x", "sampling_parameters": '{"foo": 1, "bar": 2}'}, r"unknown key\(s\) bar, foo"),
+        ({"text_input": "x", "sampling_parameters": '{"output_kind": 1}'}, r"unknown key\(s\) output_kind"),
+        (
+            {"text_input": "x", "sampling_parameters": '{"temperature": -1}'},
+            "temperature must be >= 0, got -1",
+        ),
+        (
+            {"text_input": "x", "sampling_parameters": '{"temperature": "hot"}'},
+            "temperature must be a number",
+        ),
+        (
+            {"text_input": "x", "sampling_parameters": '{"max_tokens": 0}'},
+            "max_tokens must be at least 1, got 0",
+        ),
+        ({"text_input": "x", "sampling_parameters": '{"max_tokens": 2.5}'}, "max_tokens must be a number"),
+        ({"text_input": "x", "sampling_parameters": '{"n": 2}'}, "only 1 is supported"),
+        (
+            {"text_input": "x", "stream": True, "exclude_input_in_output": False},
+            "exclude_input_in_output must be",
+        ),
+        ({"messages": "[]"}, "messages must be a non-empty JSON list"),
+        ({"messages": '[{"content": "a"}]'}, "needs a string 'role'"),
+        ({"text_input": "x", "priority": "high"}, "priority must be an integer"),
+    ],
+)
+def test_bad_requests_name_the_field(inputs: dict[str, Any], message: str) -> None:
+    with pytest.raises(m.BadRequest, match=message):
+        m.parse_request(getter(**inputs), "", KNOWN)
+
+
+def test_length_limits_name_the_limit_and_the_count() -> None:
+    assert m.check_length(10, {}, 512) == 16
+    assert m.check_length(500, {}, 512) == 12  # the default shrinks to the room left
+    assert m.check_length(10, {"max_tokens": 502}, 512) == 502
+    with pytest.raises(m.BadRequest, match="text_input is 600 tokens, the model's max_model_len is 512"):
+        m.check_length(600, {}, 512)
+    with pytest.raises(m.BadRequest, match=r"max_tokens 503 is above the limit 502 \(max_model_len 512 - 10"):
+        m.check_length(10, {"max_tokens": 503}, 512)
+
+
+def test_engine_args_resolve_a_relative_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "model.json").write_text('{"model": "checkpoint", "max_num_seqs": 2}')
+    assert m.engine_args(tmp_path) == {"model": str(tmp_path / "checkpoint"), "max_num_seqs": 2}
+    (tmp_path / "model.json").write_text('{"model": "/abs/elsewhere"}')
+    assert m.engine_args(tmp_path)["model"] == "/abs/elsewhere"
+    (tmp_path / "model.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"model\.json: missing"):
+        m.engine_args(tmp_path)
+
+
+def test_config_parameter_reads_string_values() -> None:
+    config = {"parameters": {"max_waiting_requests": {"string_value": "7"}}}
+    assert m.config_parameter(config, "max_waiting_requests", "3") == "7"
+    assert m.config_parameter({}, "max_waiting_requests", "3") == "3"
+
+
+def test_lanes_route_by_prompt_plus_max_tokens() -> None:
+    rules = m.parse_lanes('[{"name": "huge", "min_tokens": 1000}, {"name": "long", "min_tokens": 200}]')
+    assert [r.name for r in rules] == ["default", "long", "huge"]
+    assert [rules[m.route(rules, n)].name for n in (1, 199, 200, 999, 1000, 5000)] == [
+        "default", "default", "long", "long", "huge", "huge",
+    ]  # fmt: skip
+    assert m.parse_lanes("") == [m.LaneRule("default")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "parameter lanes: "),
+        ('[{"name": "x", "min_tokens": 5, "colour": 1}]', "unexpected keyword argument 'colour'"),
+        ('[{"name": "default", "min_tokens": 5}]', "not 'default'"),
+        ('[{"name": "x", "min_tokens": 0}]', "min_tokens >= 1"),
+    ],
+)
+def test_bad_lanes_parameter(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        m.parse_lanes(text)

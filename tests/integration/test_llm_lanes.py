@@ -1,0 +1,67 @@
+"""Lanes: long jobs get an engine of their own, so short requests are served while they run.
+
+One server, two vLLM engines in one model: ``default`` (max_num_seqs 4) and ``long`` (prompt +
+max_tokens >= 200; one sequence, no waiting line, pinned to CPU 1). Skipped without vLLM or a
+checkpoint (see fixtures/llm_repo.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from builder.llm.serving import EngineArgs, Lane, ServingSettings
+from builder.server import TritonServer
+from clients.errors import RequestRejected
+from clients.generator import AsyncGenerator
+from tests.integration.fixtures.llm_repo import MODEL, llm_server
+
+pytestmark = pytest.mark.integration
+
+LONG_TOKENS = 300
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    engine = EngineArgs(
+        model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4, kv_cache_space_gib=0.5
+    )
+    lanes = (Lane("long", min_tokens=200, max_num_seqs=1, max_waiting=0, cpus="1"),)
+    with llm_server(tmp_path_factory.mktemp("lanes"), engine, ServingSettings(lanes=lanes)) as s:
+        yield s
+
+
+def test_short_requests_are_served_while_the_long_lane_is_full(server: TritonServer) -> None:
+    async def run() -> tuple[float, list[float], str, float]:
+        async with AsyncGenerator(server.grpc_url, MODEL, timeout=300) as gen:
+            start = time.monotonic()
+            long = asyncio.create_task(
+                gen.generate("Tell me a story.", max_tokens=LONG_TOKENS, ignore_eos=True)
+            )
+            await asyncio.sleep(1.0)
+            with pytest.raises(RequestRejected, match="lane 'long'") as refused:
+                await gen.generate("Another story.", max_tokens=LONG_TOKENS, ignore_eos=True)
+            shorts = []
+            for _ in range(3):
+                await gen.generate("Hi", max_tokens=4)
+                shorts.append(time.monotonic() - start)
+            shorts_done = time.monotonic()
+            result = await long
+            assert result.num_output_tokens == LONG_TOKENS
+            return time.monotonic() - start, shorts, str(refused.value), shorts_done - start
+
+    long_s, shorts, message, shorts_s = asyncio.run(run())
+    assert "engine is full" in message
+    assert shorts_s < long_s, (shorts, long_s)  # the short ones did not wait for the long one
+
+
+def test_each_lane_reports_its_own_metrics(server: TritonServer) -> None:
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    for lane in ("default", "long"):
+        assert f'vllm:num_requests_running{{lane="{lane}",model="{MODEL}",version="1"}}' in text, text[-2000:]
+    refused = [line for line in text.splitlines() if line.startswith("tritonforge:requests_refused_total")]
+    assert any('lane="long"' in line and not line.endswith(" 0") for line in refused), refused

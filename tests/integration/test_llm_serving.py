@@ -1,0 +1,305 @@
+"""An LLM served by vLLM's engine inside the real tritonserver (``vllm_engine`` Python model).
+
+Needs vLLM in the running interpreter and a checkpoint folder (safetensors, tokenizer, chat
+template) named by ``TRITONFORGE_LLM_CHECKPOINT``; skipped otherwise. One server for the module:
+the engine takes 20-100 s to start on 2 cores. Overload figures go to
+``bench/results/llm_overload.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import aclosing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder.llm.serving import EngineArgs, SchedulingPolicy, ServingSettings
+from builder.server import TritonServer
+from clients.errors import InvalidInput, RequestRejected, TritonClientError
+from clients.generator import AsyncGenerator, Generator
+from tests.integration.fixtures.llm_repo import MODEL, llm_server
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+MAX_NUM_SEQS = 8
+MAX_WAITING = 8
+BOUND = MAX_NUM_SEQS + MAX_WAITING
+MAX_MODEL_LEN = 512
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+LONG = {"max_tokens": 400, "ignore_eos": True}
+METRICS = (
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:time_per_output_token_seconds_count",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    engine = EngineArgs(
+        model="checkpoint",  # relative to the version folder, as the build will lay it out
+        dtype="float32",  # bf16 is 2-3x slower on CPUs without avx512_bf16 (measured here)
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=MAX_NUM_SEQS,
+        kv_cache_space_gib=1.0,
+        scheduling_policy=SchedulingPolicy.PRIORITY,
+    )
+    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=MAX_WAITING)) as s:
+        yield s
+
+
+def _metric(server: TritonServer, name: str) -> float:
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert values, f"metric {name} missing"
+    return values[0]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_stream_pieces_arrive_as_made_and_join_to_the_whole(server: TritonServer, protocol: str) -> None:
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    with Generator(url, MODEL, protocol, timeout=120) as gen:
+        whole = gen.generate(CHAT, max_tokens=24)
+        stamps: list[tuple[float, str]] = []
+        for piece in gen.stream(CHAT, max_tokens=24):
+            stamps.append((time.monotonic(), piece))
+    assert "Paris" in whole.text
+    assert whole.finish_reason == "stop" and whole.num_input_tokens > 10 and whole.num_output_tokens >= 5
+    assert len(stamps) > 3
+    assert "".join(p for _, p in stamps) == whole.text
+    times = [t for t, _ in stamps]
+    assert times == sorted(times) and len(set(times)) > len(times) // 2
+    assert times[-1] - times[0] > 0.05  # spread over the decoding, not sent together at the end
+
+
+def test_generate_counts_and_length_finish(server: TritonServer) -> None:
+    with Generator(server.http_url, MODEL, timeout=120) as gen:
+        out = gen.generate("Once upon a time", max_tokens=7, ignore_eos=True)
+    assert out.finish_reason == "length" and out.num_output_tokens == 7 and out.num_input_tokens >= 3
+
+
+def test_vllm_backend_client_works_unchanged(server: TritonServer) -> None:
+    """The calls Triton's vLLM-backend examples make: plain tritonclient, text_input + stream."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue[object] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    inputs = []
+    for name, value, dtype in [
+        ("text_input", np.array([b"The capital of France is"], dtype=np.object_), "BYTES"),
+        ("stream", np.array([False]), "BOOL"),
+        ("sampling_parameters", np.array([b'{"temperature": "0", "max_tokens": "8"}'], np.object_), "BYTES"),
+    ]:
+        tensor = grpcclient.InferInput(name, [1], dtype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    client.async_stream_infer(MODEL, inputs, request_id="1")
+    result = results.get(timeout=120)
+    client.stop_stream()
+    client.close()
+    assert not isinstance(result, Exception), result
+    text = result.as_numpy("text_output")[0].decode()  # type: ignore[attr-defined]
+    assert text.startswith("The capital of France is") and len(text) > len("The capital of France is")
+
+
+BAD = [
+    ({"prompt": ""}, "text_input is empty"),
+    ({"prompt": "hello " * 600}, "max_model_len is 512"),
+    ({"max_tokens": 0}, "max_tokens must be at least 1"),
+    ({"max_tokens": -3}, "max_tokens must be at least 1"),
+    ({"max_tokens": 100000}, "above the limit"),
+    ({"temperature": -0.5}, "temperature must be >= 0"),
+    ({"bogus_key": 1}, "unknown key(s) bogus_key"),
+]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_bad_inputs_get_clear_errors_and_the_server_serves_on(server: TritonServer, protocol: str) -> None:
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    with Generator(url, MODEL, protocol, timeout=120) as gen:
+        for case, expected in BAD:
+            kwargs = dict(case)
+            prompt = str(kwargs.pop("prompt", "hello"))
+            max_tokens = int(kwargs.pop("max_tokens", 4))
+            with pytest.raises(InvalidInput, match=expected.replace("(", r"\(").replace(")", r"\)")):
+                gen.generate(prompt, max_tokens=max_tokens, **kwargs)
+        assert gen.generate(CHAT, max_tokens=8).num_output_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "expected"),
+    [
+        ("sampling_parameters", b"{not json", "sampling_parameters is not valid JSON"),
+        ("sampling_parameters", b"[1, 2]", "sampling_parameters must be a JSON object"),
+        ("text_input", b"caf\xe9 au lait", "text_input is not valid UTF-8"),
+    ],
+)
+def test_malformed_raw_inputs(server: TritonServer, field: str, raw: bytes, expected: str) -> None:
+    from tritonclient.grpc import service_pb2
+
+    from clients.generator import grpc_request, piece_from_grpc
+
+    fields = {"text_input": "hello", "sampling_parameters": '{"max_tokens": 2}'}
+    request: service_pb2.ModelInferRequest = grpc_request(MODEL, fields)
+    for tensor in request.inputs:
+        if tensor.name == field:
+            tensor.contents.bytes_contents[0] = raw
+    with Generator(server.grpc_url, MODEL, timeout=60) as gen:
+        responses = gen._stub.ModelStreamInfer(iter([request]), timeout=60)
+        with pytest.raises(InvalidInput, match=expected):
+            for response in responses:
+                piece_from_grpc(response)
+        assert gen.generate("hello", max_tokens=2).num_output_tokens == 2
+
+
+def test_streaming_with_the_prompt_echoed_is_refused(server: TritonServer) -> None:
+    body = json.dumps({"text_input": "hi", "stream": True, "exclude_input_in_output": False}).encode()
+    request = urllib.request.Request(f"{server.http_url}/v2/models/{MODEL}/generate_stream", body)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    assert caught.value.code == 400
+    assert "exclude_input_in_output must be true when stream is true" in caught.value.read().decode()
+
+
+async def _first_token_then_cancel(gen: AsyncGenerator) -> int:
+    async with aclosing(gen.stream("Tell me a long story.", **LONG)) as pieces:
+        async for _ in pieces:
+            return 1
+    return 0
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_cancelled_requests_free_their_capacity(server: TritonServer, protocol: str) -> None:
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+
+    async def run() -> tuple[list[int], list[int]]:
+        async with AsyncGenerator(url, MODEL, protocol, timeout=120) as gen:
+            started = await asyncio.gather(*[_first_token_then_cancel(gen) for _ in range(BOUND)])
+            await asyncio.sleep(1.0)  # the model checks is_cancelled() every 50 ms
+            # Had the cancelled requests kept generating 400 tokens each, these would be refused.
+            done = await asyncio.gather(
+                *[gen.generate("Hello", max_tokens=4, ignore_eos=True) for _ in range(BOUND)]
+            )
+            return started, [g.num_output_tokens for g in done]
+
+    started, counts = asyncio.run(run())
+    assert started == [1] * BOUND and counts == [4] * BOUND
+    time.sleep(1.0)
+    assert _metric(server, "vllm:num_requests_running") == 0
+    assert _metric(server, "vllm:kv_cache_usage_perc") < 0.05
+
+
+def test_overload_every_request_completes_or_is_refused_fast(server: TritonServer) -> None:
+    offered = 10 * BOUND
+
+    async def one(gen: AsyncGenerator) -> tuple[str, float]:
+        start = time.monotonic()
+        try:
+            await gen.generate("Hello there", max_tokens=16, ignore_eos=True)
+            return "completed", time.monotonic() - start
+        except RequestRejected:
+            return "refused", time.monotonic() - start
+        except TritonClientError as exc:
+            return f"error: {exc}", time.monotonic() - start
+
+    async def run() -> list[tuple[str, float]]:
+        async with AsyncGenerator(server.grpc_url, MODEL, timeout=300) as gen:
+            return await asyncio.gather(*[one(gen) for _ in range(offered)])
+
+    start = time.monotonic()
+    outcomes = asyncio.run(run())
+    wall = time.monotonic() - start
+    kinds = Counter(kind for kind, _ in outcomes)
+    refusals = sorted(t for kind, t in outcomes if kind == "refused")
+    record = {
+        "model": MODEL,
+        "max_num_seqs": MAX_NUM_SEQS,
+        "max_waiting": MAX_WAITING,
+        "offered": offered,
+        "completed": kinds["completed"],
+        "refused": kinds["refused"],
+        "errors": offered - kinds["completed"] - kinds["refused"],
+        "lost": offered - sum(kinds.values()),
+        "refusal_latency_ms_p50": round(1000 * refusals[len(refusals) // 2], 1) if refusals else None,
+        "refusal_latency_ms_max": round(1000 * refusals[-1], 1) if refusals else None,
+        "wall_s": round(wall, 2),
+        "server_ready_after": server.is_ready(),
+        "cpu_flags": _cpu_flags(),
+    }
+    out = ROOT / "bench" / "results" / "llm_overload.json"
+    out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    assert record["lost"] == 0 and record["errors"] == 0, record
+    assert kinds["completed"] >= BOUND and kinds["refused"] >= offered // 2, record
+    assert refusals[-1] < 1.0, record
+    assert server.is_ready()
+    _metric(server, "tritonforge:requests_refused_total")
+
+
+def test_priority_reaches_the_engine(server: TritonServer) -> None:
+    """With the running set full, a high-priority (lower value) request overtakes waiting low ones."""
+
+    async def first_token_at(gen: AsyncGenerator, priority: int, max_tokens: int) -> float:
+        async for _ in gen.stream(
+            "Count to one hundred:", max_tokens=max_tokens, ignore_eos=True, priority=priority
+        ):
+            return time.monotonic()
+        raise AssertionError("no piece")
+
+    async def run() -> tuple[float, list[float]]:
+        async with AsyncGenerator(server.grpc_url, MODEL, timeout=300) as gen:
+            # Fillers end one after another, freeing one slot at a time.
+            fill = [
+                asyncio.create_task(gen.generate("Hi", max_tokens=40 + 8 * i, ignore_eos=True, priority=5))
+                for i in range(MAX_NUM_SEQS)
+            ]
+            await asyncio.sleep(1.0)
+            low = [asyncio.create_task(first_token_at(gen, 10, 2)) for _ in range(MAX_WAITING - 1)]
+            await asyncio.sleep(0.5)
+            high = asyncio.create_task(first_token_at(gen, 0, 2))
+            results = await asyncio.gather(high, *low, *fill)
+            return results[0], list(results[1 : len(low) + 1])
+
+    high, low = asyncio.run(run())
+    assert high < min(low), (high, sorted(low))
+
+
+def test_custom_metrics_next_to_tritons_own(server: TritonServer) -> None:
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    assert "nv_inference_request_success" in text
+    for name in METRICS:
+        assert name in text, name
+    assert _metric(server, "vllm:time_to_first_token_seconds_count") > 0
+
+
+def _cpu_flags() -> list[str]:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
+
+
+def test_cli_generate_streams_to_the_terminal(server: TritonServer) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "clients", "-u", server.grpc_url, "generate", CHAT[0]["content"]]
+    done = subprocess.run(
+        [*command, "--model", MODEL, "--chat", "--max-tokens", "16"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Paris" in done.stdout
