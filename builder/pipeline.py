@@ -26,6 +26,7 @@ from builder.cache import StageCache, StageResult, file_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import SpecError, VerificationError
+from builder.llm.build import build_llm, check_llm_paths
 from builder.records import (
     BuildContext,
     BuildOptions,
@@ -68,9 +69,11 @@ def build(opts: BuildOptions) -> BuildResult:
     builds = [build_model(model, ctx, target) for model in spec.models]
     for b in builds:
         b.served = target.choose_served(b, ctx.spec_file)
+    llms = [build_llm(llm, ctx) for llm in spec.llms]
     engines = build_engines(builds, ctx, opts) if target.builds_engines else None
-    published = repository.write_and_publish(repository.Repository(builds, ctx, target, engines), opts.repo)
-    return BuildResult(target.name, opts.repo, builds, published, time.perf_counter() - start, engines)
+    contents = repository.Repository(builds, ctx, target, engines, llms)
+    published = repository.write_and_publish(contents, opts.repo)
+    return BuildResult(target.name, opts.repo, builds, published, time.perf_counter() - start, engines, llms)
 
 
 def _cache(opts: BuildOptions) -> StageCache:
@@ -85,6 +88,8 @@ def _check_before_stages(ctx: BuildContext) -> None:
         for target in TARGETS.values():
             target.check(model, ctx.spec_file)
         _check_paths(model, ctx)
+    for llm in ctx.spec.llms:
+        check_llm_paths(llm, ctx)
 
 
 def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBuild:

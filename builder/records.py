@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from builder.cache import StageCache, StageResult
 from builder.spec import ModelSpec, Precision, Spec
+from builder.spec.llm import LLMDType, LLMSpec
 
 Log = Callable[[str], None]
 
@@ -163,6 +164,42 @@ class ModelBuild:
 
 
 @dataclass(frozen=True)
+class LLMVerdict:
+    """The LLM verify stage's finding: the engine's greedy output against the source model."""
+
+    dtype: LLMDType
+    passed: bool
+    agreement: float  # share of prompts whose first N tokens agree
+    mean_logprob_gap: float
+    failures: tuple[str, ...]
+
+    @classmethod
+    def from_info(cls, info: dict[str, object]) -> LLMVerdict:
+        failures = info.get("failures")
+        return cls(
+            LLMDType(str(info["dtype"])),
+            bool(info["passed"]),
+            float(str(info["agreement"])),
+            float(str(info["mean_logprob_gap"])),
+            tuple(str(f) for f in failures) if isinstance(failures, (list, tuple)) else (),
+        )
+
+
+@dataclass
+class LLMBuild:
+    """What the stages produced for one LLM: a checked, verified checkpoint."""
+
+    spec: LLMSpec
+    checkpoint: Path
+    verdict: LLMVerdict
+    stages: list[StageResult]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.stages if not s.skipped)
+
+
+@dataclass(frozen=True)
 class BuildResult:
     target: str
     repo: Path
@@ -170,6 +207,7 @@ class BuildResult:
     published: bool
     seconds: float
     engines: EngineSummary | None = None
+    llms: list[LLMBuild] = field(default_factory=list)
 
 
 def _num(value: float | None) -> float | None:

@@ -26,12 +26,12 @@ from importlib import metadata
 from pathlib import Path
 
 from builder import __version__
-from builder.cache import file_hash, key_of, tree_hash
+from builder.cache import StageResult, file_hash, key_of, tree_hash
 from builder.configs import ensemble_config, write_config
 from builder.errors import SpecError
 from builder.factories import import_factory
 from builder.publish import clean_leftovers, publish, staging_dir
-from builder.records import BuildContext, EngineSummary, ModelBuild
+from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import FACTORY_PATTERN, PythonModelSpec, Spec, TensorSpec
 from builder.targets import ModelEntry, Target
 
@@ -49,6 +49,7 @@ class Repository:
     ctx: BuildContext
     target: Target
     engines: EngineSummary | None
+    llms: list[LLMBuild]
 
 
 def check_references(spec: Spec, spec_file: Path) -> None:
@@ -110,6 +111,7 @@ def repository_key(r: Repository) -> str:
         r.target.name,
         spec.model_dump(mode="json"),
         [(b.spec.name, [s.key for s in b.stages], b.served, b.passed) for b in r.builds],
+        [(lb.spec.name, [s.key for s in lb.stages]) for lb in r.llms],
         tree_hash(PYTHON_MODELS),
         [tree_hash(ctx.spec_dir / pm.path) for pm in spec.python_models],
         [
@@ -125,6 +127,8 @@ def _assemble(r: Repository, root: Path) -> Json:
     models: Json = {}
     for b in r.builds:
         models[b.spec.name] = _write_core(b, r, root)
+    for lb in r.llms:
+        models[lb.spec.name] = _write_llm(lb, r, root)
     for pm in r.ctx.spec.python_models:
         _write_python_model(pm, r, root)
         models[pm.name] = {"kind": "python"}
@@ -153,12 +157,32 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
         "kind": "onnx",
         "served": b.served.value,
         "published": {e.name: e.variant.value for e in entries if e.variant is not None},
-        "stages": {
-            s.name: {"key": s.key, "skipped": s.skipped, "seconds": round(s.seconds, 3)} for s in b.stages
-        },
+        "stages": _stages(b.stages),
         "verification": {p.value: report.to_json() for p, report in b.reports.items()},
         "artifacts": artifacts,
     }
+
+
+def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:
+    artifacts: dict[str, str] = {}
+    for entry in r.target.llm_models(lb):
+        artifacts.update(_write_entry(entry, [], r.ctx, root))
+    v = lb.verdict
+    return {
+        "kind": "llm",
+        "dtype": v.dtype.value,
+        "stages": _stages(lb.stages),
+        "verification": {
+            "passed": v.passed,
+            "agreement": v.agreement,
+            "mean_logprob_gap": v.mean_logprob_gap,
+        },
+        "artifacts": artifacts,
+    }
+
+
+def _stages(stages: list[StageResult]) -> Json:
+    return {s.name: {"key": s.key, "skipped": s.skipped, "seconds": round(s.seconds, 3)} for s in stages}
 
 
 def _write_entry(
@@ -170,10 +194,13 @@ def _write_entry(
     version.mkdir(parents=True)
     artifacts: dict[str, str] = {}
     for name, src in entry.artifacts.items():
+        (version / name).parent.mkdir(parents=True, exist_ok=True)
         _link(src, version / name)
         artifacts[f"{entry.name}/1/{name}"] = file_hash(version / name)
     for name, src in entry.sources.items():
         shutil.copy2(src, version / name)
+    for name, text in entry.texts.items():
+        (version / name).write_text(text, encoding="utf-8")
     write_config(entry.config, model_dir)
     _copy_labels(outputs, ctx, model_dir)
     return artifacts

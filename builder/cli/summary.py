@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from builder.records import BuildResult, ModelBuild, VerificationReport
+from builder.records import BuildResult, LLMBuild, ModelBuild, VerificationReport
 
 HEADERS = ("model", "served", "variants published", "verification (worst output)", "size", "build time")
 
 
 def render(result: BuildResult) -> str:
-    rows = [_row(b) for b in result.models]
+    rows = [_row(b) for b in result.models] + [_llm_row(lb) for lb in result.llms]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     lines = [
         "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)),
@@ -28,6 +28,15 @@ def _row(b: ModelBuild) -> tuple[str, ...]:
     skipped = all(s.skipped for s in b.stages)
     took = "skipped (unchanged)" if skipped else f"{b.seconds:.1f} s"
     return (b.spec.name, served, published, checks, _mib(size), took)
+
+
+def _llm_row(lb: LLMBuild) -> tuple[str, ...]:
+    v = lb.verdict
+    mark = "ok" if v.passed else "FAILED"
+    checks = f"{v.dtype.value} {mark} agree {v.agreement:.2f} gap {v.mean_logprob_gap:.3f}"
+    size = sum(p.stat().st_size for p in lb.checkpoint.rglob("*") if p.is_file())
+    took = "skipped (unchanged)" if all(s.skipped for s in lb.stages) else f"{lb.seconds:.1f} s"
+    return (lb.spec.name, v.dtype.value, "llm (vLLM)", checks, _mib(size), took)
 
 
 def _metric(report: VerificationReport) -> str:

@@ -9,12 +9,11 @@ each body imports its module when it runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from builder.cache import StageResult, file_hash, tree_hash
-from builder.errors import VerificationError
-from builder.records import BuildContext
+from builder.errors import SpecError, VerificationError
+from builder.records import BuildContext, LLMBuild, LLMVerdict
 from builder.spec.llm import Evaluation, LLMDType, LLMSpec, LongLane
 from builder.stages.inputs import StageInputs
 
@@ -51,40 +50,17 @@ class LLMVerifyInputs(StageInputs):
     kv_cache_space_gib: float
 
 
-@dataclass(frozen=True)
-class LLMVerdict:
-    """The verify stage's finding, as the repository and the summary need it."""
+def check_llm_paths(spec: LLMSpec, ctx: BuildContext) -> None:
+    """The source and the evaluation prompts exist (checked before any slow stage runs)."""
+    from builder.llm.export import resolve_source
 
-    dtype: LLMDType
-    passed: bool
-    agreement: float
-    mean_logprob_gap: float
-    failures: tuple[str, ...]
-
-    @classmethod
-    def from_info(cls, info: Info) -> LLMVerdict:
-        failures = info.get("failures")
-        return cls(
-            LLMDType(str(info["dtype"])),
-            bool(info["passed"]),
-            float(str(info["agreement"])),
-            float(str(info["mean_logprob_gap"])),
-            tuple(str(f) for f in failures) if isinstance(failures, (list, tuple)) else (),
-        )
-
-
-@dataclass
-class LLMBuild:
-    """What the stages produced for one LLM: a verified checkpoint."""
-
-    spec: LLMSpec
-    checkpoint: Path
-    verdict: LLMVerdict
-    stages: list[StageResult]
-
-    @property
-    def seconds(self) -> float:
-        return sum(s.seconds for s in self.stages if not s.skipped)
+    source = resolve_source(spec, spec_file=ctx.spec_file)
+    if not source.exists():
+        raise SpecError(f"'{spec.source}' ({source}) not found", file=ctx.spec_file, model=spec.name,
+                        field="source")  # fmt: skip
+    if not (ctx.spec_dir / spec.evaluation.prompts).is_file():
+        raise SpecError(f"'{spec.evaluation.prompts}' not found", file=ctx.spec_file, model=spec.name,
+                        field="evaluation.prompts")  # fmt: skip
 
 
 def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:

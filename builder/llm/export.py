@@ -98,7 +98,7 @@ def _dequantize_and_save(gguf: Path, out: Path, dtype: LLMDType) -> Exported:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)  # type: ignore[no-untyped-call]
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     del loaded

@@ -142,7 +142,7 @@ class SourceModel:
             where, extra = str(source), {}
         self.torch = torch
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra)
-        self.model = model.eval()  # type: ignore[no-untyped-call]
+        self.model = model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(where, **extra)
 
     def greedy(self, ids: list[int], n: int) -> list[int]:

@@ -16,7 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import KIND_CPU, KIND_GPU, python_config
 from builder.errors import SpecError, VerificationError
-from builder.records import EngineSummary, ModelBuild
+from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec
 
 
@@ -27,6 +27,7 @@ class ModelEntry:
     config: ModelConfig
     artifacts: dict[str, Path] = field(default_factory=dict)  # built files: name in version folder 1 -> file
     sources: dict[str, Path] = field(default_factory=dict)  # code copied into version folder 1
+    texts: dict[str, str] = field(default_factory=dict)  # generated files of version folder 1
     variant: Precision | None = None  # the variant it publishes (None: a fallback or helper model)
 
     @property
@@ -45,6 +46,10 @@ class Target(ABC):
     @abstractmethod
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         """The model folders a core (ONNX-built) model becomes on this target."""
+
+    @abstractmethod
+    def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
+        """The model folders an LLM becomes on this target (its engine, its checkpoint)."""
 
     @abstractmethod
     def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:

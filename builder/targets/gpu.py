@@ -6,6 +6,7 @@ and ``<model>_onnx`` serves the same model with ONNX Runtime beside it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -13,10 +14,12 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import ONNX_FILE, model_io_config, set_batching, set_instances, set_warmup
 from builder.engines.profiles import triton_profiles
 from builder.errors import SpecError, VerificationError
-from builder.records import GPU_PREFERENCE, EngineSummary, ModelBuild
+from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json
+from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import InstanceKind, ModelSpec, Precision
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
+from builder.targets.vllm_python import checkpoint_files
 
 PLAN_FILE = "model.plan"
 
@@ -29,6 +32,15 @@ class GpuTarget(Target):
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [self._plan_model(build, engines), self._fallback(build)]
+
+    def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
+        """An entry for Triton's vLLM backend (``backend: "vllm"``, the -vllm-python-py3 image)."""
+        args = json.dumps(gpu_model_json(build.spec), indent=2) + "\n"
+        return [
+            ModelEntry(
+                gpu_config(build.spec), checkpoint_files(build.checkpoint), texts={ENGINE_ARGS_FILE: args}
+            )
+        ]
 
     def published(self, build: ModelBuild) -> dict[str, Precision]:
         assert build.served is not None

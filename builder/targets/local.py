@@ -19,9 +19,10 @@ from builder.configs import (
     set_parameters,
     set_warmup,
 )
-from builder.records import EngineSummary, ModelBuild
+from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, ModelSpec, Precision
 from builder.targets.base import ModelEntry, Target
+from builder.targets.vllm_python import vllm_python_entry
 
 ONNX_RUNNER = Path(__file__).parents[1] / "python_models" / "onnx_runner" / "model.py"
 
@@ -36,10 +37,13 @@ class LocalTarget(Target):
                 self.core_config(build.spec, name, variant),
                 {ONNX_FILE: build.variants[variant]},
                 {"model.py": ONNX_RUNNER},
-                variant,
+                variant=variant,
             )
             for name, variant in self.published(build).items()
         ]
+
+    def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
+        return [vllm_python_entry(build)]
 
     def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
         cfg = model_io_config(model, name)
