@@ -52,6 +52,7 @@ def core_config(
             cfg,
             {"onnx_file": ONNX_FILE, "precision": Precision(variant).value, "intra_op_threads": str(threads)},
         )
+        _set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
     elif target == "cpu":
         cfg.platform = "onnxruntime_onnx"
         cfg.default_model_filename = model_filename(target)
@@ -168,6 +169,22 @@ def _set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, tar
     for level, policy in batching.priority_queues.items():
         db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
     cfg.dynamic_batching.CopyFrom(db)
+
+
+def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:
+    """On ``local``, the onnx_runner model bounds its own queue with the spec's default policy
+    where Triton's is left out (Batching.local_queue_policy); empty when there is no bound."""
+    policy = batching.queue
+    if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
+        return {}
+    if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
+        return {}
+    reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing
+    return {
+        "max_queue_size": str(policy.max_queue_size),
+        "queue_timeout_us": str(policy.default_timeout_us if reject else 0),
+        "allow_timeout_override": _param_str(policy.allow_timeout_override),
+    }
 
 
 def _queue_policy(policy: QueuePolicy) -> ModelQueuePolicy:

@@ -5,12 +5,23 @@ as few ONNX Runtime calls as possible: requests whose non-batch shapes agree
 are concatenated along the batch axis, run once, and the result is split
 back into per-request views. A failing group is retried request by request
 so that one bad request fails alone.
+
+With a bounded queue (parameters ``max_queue_size`` / ``queue_timeout_us``, written on the
+``local`` target in place of Triton's queue policy) ``execute`` only queues the requests and
+returns; a worker thread runs them and answers through each request's response sender. That
+keeps the instance thread waiting for Triton's next payload, which tritonserver 2.51's batcher
+needs in order to wake for a new request when a queue policy is set (bench/queue_stall.py), and
+it puts the bound where it can be counted: requests beyond ``max_queue_size`` waiting, or
+waiting longer than the timeout, get Triton's own UNAVAILABLE error and messages.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +77,38 @@ class TritonPythonModel:
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
         ]
         self.output_names = [name for name, _ in self.outputs]
+        self.line = BoundedLine.from_params(params)
+        if self.line is not None:
+            self.max_rows = max(1, int(config.get("max_batch_size", 0)))
+            self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
+            self.worker.start()
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.line is None:
+            return self._answer(requests)
+        for request in requests:
+            refusal = self.line.offer(request)
+            if refusal is not None:
+                _send(request, _rejected(refusal))
+        return None
+
+    def _serve_line(self) -> None:
+        assert self.line is not None
+        while (batch := self.line.take(self.max_rows)) is not None:
+            fresh = []
+            for request, expired in batch:
+                if expired:
+                    _send(request, _rejected("Request timeout expired"))
+                else:
+                    fresh.append(request)
+            try:
+                responses = self._answer(fresh)
+            except Exception as exc:  # never leave a request unanswered
+                responses = [_error(f"onnx_runner: {exc}") for _ in fresh]
+            for request, response in zip(fresh, responses, strict=True):
+                _send(request, response)
+
+    def _answer(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         feeds: dict[int, dict[str, np.ndarray]] = {}
         for i, request in enumerate(requests):
@@ -133,7 +174,85 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
+        if self.line is not None:
+            self.line.close()  # the worker answers what is queued, then stops
+            self.worker.join(timeout=30)
         self.session = None
+
+
+class BoundedLine:
+    """Requests waiting for the worker, oldest first: at most ``limit`` (0: any number), each for
+    at most its timeout (Triton's queue-policy semantics, counted in requests)."""
+
+    def __init__(self, limit: int, timeout_us: int, allow_override: bool) -> None:
+        self.limit = limit
+        self.timeout_us = timeout_us
+        self.allow_override = allow_override
+        self.waiting: deque[tuple[Any, int, int]] = deque()  # (request, batch rows, deadline ns)
+        self.ready = threading.Condition()
+        self.closed = False
+
+    @staticmethod
+    def from_params(params: dict[str, str]) -> BoundedLine | None:
+        limit = int(params.get("max_queue_size", "0") or 0)
+        timeout_us = int(params.get("queue_timeout_us", "0") or 0)
+        if limit <= 0 and timeout_us <= 0:
+            return None
+        override = params.get("allow_timeout_override", "true").lower() == "true"
+        return BoundedLine(limit, timeout_us, override)
+
+    def offer(self, request: Any) -> str | None:
+        """Queue ``request``; the refusal message when the line is full."""
+        timeout_us = self.timeout_us
+        if self.allow_override and 0 < request.timeout() < timeout_us:  # as Triton overrides
+            timeout_us = request.timeout()
+        deadline = time.monotonic_ns() + timeout_us * 1000 if timeout_us else 0
+        with self.ready:
+            if self.closed:
+                return "Server is stopping: the model accepts no new requests"
+            if self.limit and len(self.waiting) >= self.limit:
+                return f"Exceeds maximum queue size ({self.limit} requests waiting)"
+            self.waiting.append((request, _rows(request), deadline))
+            self.ready.notify()
+        return None
+
+    def take(self, max_rows: int) -> list[tuple[Any, bool]] | None:
+        """The oldest requests that fit in ``max_rows`` batch rows, each with whether it expired;
+        blocks while none wait; None once closed and empty."""
+        with self.ready:
+            while not self.waiting:
+                if self.closed:
+                    return None
+                self.ready.wait()
+            now, rows, batch = time.monotonic_ns(), 0, []
+            while self.waiting:
+                request, size, deadline = self.waiting[0]
+                expired = bool(deadline) and now > deadline
+                if not expired and batch and rows + size > max_rows:
+                    break
+                self.waiting.popleft()
+                batch.append((request, expired))
+                rows += 0 if expired else size
+        return batch
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify_all()
+
+
+def _rows(request: Any) -> int:
+    """The request's batch size: the first input's leading dimension."""
+    inputs = request.inputs()
+    return int(inputs[0].shape()[0]) if inputs and inputs[0].shape() else 1
+
+
+def _send(request: Any, response: Any) -> None:
+    request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def _rejected(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.UNAVAILABLE))
 
 
 def _error(message: str) -> Any:
