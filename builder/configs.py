@@ -129,6 +129,8 @@ def _io_config(
     cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
     for t in inputs:
         cfg.input.append(ModelInput(name=t.name, data_type=_dtype(t), dims=t.dims, optional=t.optional))
+        if t.format is not None:
+            cfg.input[-1].format = ModelInput.Format.Value(f"FORMAT_{t.format.value}")
     for t in outputs:
         out = ModelOutput(name=t.name, data_type=_dtype(t), dims=t.dims)
         if t.labels:
