@@ -128,13 +128,16 @@ def spec_entries(
     return models, probes, ensembles
 
 
+def _tensors(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: t[k] for k in ("name", "dtype", "dims")} for t in ts]
+
+
 def _ensemble(m: dict[str, Any]) -> dict[str, Any]:
-    tensors = lambda ts: [{k: t[k] for k in ("name", "dtype", "dims")} for t in ts]  # noqa: E731
     return {
         "name": f"{m['name']}_ens",
         "max_batch_size": m["max_batch_size"],
-        "inputs": tensors(m["inputs"]),
-        "outputs": tensors(m["outputs"]),
+        "inputs": _tensors(m["inputs"]),
+        "outputs": _tensors(m["outputs"]),
         "steps": [{
             "model": m["name"],
             "inputs": {t["name"]: t["name"] for t in m["inputs"]},
@@ -232,14 +235,17 @@ def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
     OUT.write_text(json.dumps(results, indent=1) + "\n")
     print(results["table"])
     by = {(r.group, r.name): r for r in rows}
-    stalled = lambda r: f"{r.stalled}/{r.requests} requests >= {STALL_MS:.0f} ms"  # noqa: E731
     size, none, bound = by["probe", "size_only"], by["probe", "none"], by["simple", "runner_bound"]
     got = [
-        Row("queue stall, probe c=1: Triton max_queue_size", stalled(size), "(the stall)", None),
-        Row("queue stall, probe c=1: no policy", stalled(none), "0", none.stalled == 0),
-        Row("queue stall, simple c=1: onnx_runner bound", stalled(bound), "0", bound.stalled == 0),
+        Row("queue stall, probe c=1: Triton max_queue_size", _stalled(size), "(the stall)", None),
+        Row("queue stall, probe c=1: no policy", _stalled(none), "0", none.stalled == 0),
+        Row("queue stall, simple c=1: onnx_runner bound", _stalled(bound), "0", bound.stalled == 0),
     ]
     return results, got
+
+
+def _stalled(r: Measured) -> str:
+    return f"{r.stalled}/{r.requests} requests >= {STALL_MS:.0f} ms"
 
 
 def main(argv: list[str] | None = None) -> int:

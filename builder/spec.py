@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from builder.engines.options import EngineOptions
 from builder.errors import SpecError
@@ -76,6 +85,14 @@ class TensorSpec(Strict):
     labels: str | None = None  # outputs only: a labels file for the classification extension
     optional: bool = False
     format: ImageFormat | None = None  # inputs only: what Triton's image clients read
+
+    @model_serializer(mode="wrap")
+    def _omit_no_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without a layout the dump is what it was before the field existed (stage cache keys)."""
+        data: dict[str, Any] = handler(self)
+        if self.format is None:
+            data.pop("format", None)
+        return data
 
     @model_validator(mode="after")
     def _layout_matches_dims(self) -> TensorSpec:
