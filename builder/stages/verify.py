@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from builder.errors import SpecError
+from builder.progress import progress
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
@@ -63,18 +64,21 @@ def run_onnx(
 
 
 def run_session(
-    sess: ort.InferenceSession, inputs: dict[str, np.ndarray], *, batch_size: int
+    sess: ort.InferenceSession, inputs: dict[str, np.ndarray], *, batch_size: int, label: str = ""
 ) -> dict[str, np.ndarray]:
+    """All samples in batches; with a ``label``, a progress bar on a terminal."""
     names = [o.name for o in sess.get_outputs()]
     count = next(iter(inputs.values())).shape[0]
     parts: list[list[np.ndarray]] = []
-    for start in range(0, count, max(batch_size, 1)):
-        if batch_size == 0:
-            feed = {k: v[start] for k, v in inputs.items()}
-            parts.append([o[np.newaxis] for o in sess.run(names, feed)])
-        else:
-            feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
-            parts.append(sess.run(names, feed))
+    with progress(count if label else 0, label, unit="sample") as bar:
+        for start in range(0, count, max(batch_size, 1)):
+            if batch_size == 0:
+                feed = {k: v[start] for k, v in inputs.items()}
+                parts.append([o[np.newaxis] for o in sess.run(names, feed)])
+            else:
+                feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
+                parts.append(sess.run(names, feed))
+            bar.advance(min(max(batch_size, 1), count - start))
     return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
 
 
@@ -171,7 +175,9 @@ def verify_variant(
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
     sess = session(onnx_path, model.serve.threads)
-    candidate = run_session(sess, inputs, batch_size=_batch(model))
+    candidate = run_session(
+        sess, inputs, batch_size=_batch(model), label=f"verify {model.name} {precision.value}"
+    )
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{precision.value}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs)
