@@ -77,7 +77,7 @@ class TritonPythonModel:
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
         ]
         self.output_names = [name for name, _ in self.outputs]
-        self.line = BoundedLine.from_params(params)
+        self.line = BoundedLine.from_params(params, _instances(config))
         if self.line is not None:
             self.max_rows = max(1, int(config.get("max_batch_size", 0)))
             self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
@@ -96,15 +96,17 @@ class TritonPythonModel:
         assert self.line is not None
         while (batch := self.line.take(self.max_rows)) is not None:
             fresh = []
-            for request, expired in batch:
-                if expired:
+            for request, late in batch:
+                if late:
                     _send(request, _rejected("Request timeout expired"))
                 else:
                     fresh.append(request)
+            start = time.perf_counter()
             try:
                 responses = self._answer(fresh)
             except Exception as exc:  # never leave a request unanswered
                 responses = [_error(f"onnx_runner: {exc}") for _ in fresh]
+            self.line.done(sum(_rows(r) for r in fresh), time.perf_counter() - start)
             for request, response in zip(fresh, responses, strict=True):
                 _send(request, response)
 
@@ -180,9 +182,17 @@ class TritonPythonModel:
         self.session = None
 
 
+# The share of a timeout the line plans to use: the rest is for what it cannot see (the request's
+# way to the model and back, the pace changing on a shared machine).
+HEADROOM = 0.6
+
+
 class BoundedLine:
-    """Requests waiting for the worker, oldest first: at most ``limit`` (0: any number), each for
-    at most its timeout (Triton's queue-policy semantics, counted in requests)."""
+    """Requests waiting for the worker, oldest first: at most ``limit`` (0: any number). With a
+    timeout, a request is refused when it could not be answered in time: at arrival if the
+    measured pace of the worker says the line ahead of it takes longer, and when its batch is
+    formed if its deadline is nearer than that batch's run (Triton refuses only on queue time;
+    here the timeout bounds the whole answer, which is what a caller waits for)."""
 
     def __init__(self, limit: int, timeout_us: int, allow_override: bool) -> None:
         self.limit = limit
@@ -191,10 +201,14 @@ class BoundedLine:
         self.waiting: deque[tuple[Any, int, int]] = deque()  # (request, batch rows, deadline ns)
         self.ready = threading.Condition()
         self.closed = False
+        self.rows_ahead = 0  # rows waiting plus rows running
+        self.ns_per_row = 0.0  # the worker's measured pace (0 until the second batch)
+        self.batches = 0
 
     @staticmethod
-    def from_params(params: dict[str, str]) -> BoundedLine | None:
-        limit = int(params.get("max_queue_size", "0") or 0)
+    def from_params(params: dict[str, str], instances: int) -> BoundedLine | None:
+        """The spec's bound is the model's: each instance (its own process) holds its share."""
+        limit = -(-int(params.get("max_queue_size", "0") or 0) // instances)
         timeout_us = int(params.get("queue_timeout_us", "0") or 0)
         if limit <= 0 and timeout_us <= 0:
             return None
@@ -202,38 +216,61 @@ class BoundedLine:
         return BoundedLine(limit, timeout_us, override)
 
     def offer(self, request: Any) -> str | None:
-        """Queue ``request``; the refusal message when the line is full."""
+        """Queue ``request``; the refusal message when it does not fit."""
         timeout_us = self.timeout_us
         if self.allow_override and 0 < request.timeout() < timeout_us:  # as Triton overrides
             timeout_us = request.timeout()
-        deadline = time.monotonic_ns() + timeout_us * 1000 if timeout_us else 0
+        now, rows = time.monotonic_ns(), _rows(request)
+        deadline = now + int(timeout_us * 1000 * HEADROOM) if timeout_us else 0
         with self.ready:
             if self.closed:
                 return "Server is stopping: the model accepts no new requests"
             if self.limit and len(self.waiting) >= self.limit:
                 return f"Exceeds maximum queue size ({self.limit} requests waiting)"
-            self.waiting.append((request, _rows(request), deadline))
+            ahead = self.rows_ahead
+            if deadline and ahead and now + (ahead + rows) * self.ns_per_row > deadline:  # a lone one runs
+                return f"Request timeout expired: the {ahead} rows ahead would take longer"
+            self.waiting.append((request, rows, deadline))
+            self.rows_ahead += rows
             self.ready.notify()
         return None
 
     def take(self, max_rows: int) -> list[tuple[Any, bool]] | None:
-        """The oldest requests that fit in ``max_rows`` batch rows, each with whether it expired;
-        blocks while none wait; None once closed and empty."""
+        """The oldest requests that fit in ``max_rows`` batch rows, each with whether it is too
+        late for this batch; blocks while none wait; None once closed and empty."""
         with self.ready:
             while not self.waiting:
                 if self.closed:
                     return None
                 self.ready.wait()
             now, rows, batch = time.monotonic_ns(), 0, []
+            max_rows = self._rows_in_time(max_rows)
+            run_ns = min(self.rows_ahead, max_rows) * self.ns_per_row  # this batch's expected run
             while self.waiting:
                 request, size, deadline = self.waiting[0]
-                expired = bool(deadline) and now > deadline
-                if not expired and batch and rows + size > max_rows:
+                late = bool(deadline) and now + (run_ns if batch else 0) > deadline
+                if not late and batch and rows + size > max_rows:
                     break
                 self.waiting.popleft()
-                batch.append((request, expired))
-                rows += 0 if expired else size
+                batch.append((request, late))
+                rows += 0 if late else size
+                self.rows_ahead -= size if late else 0
         return batch
+
+    def _rows_in_time(self, max_rows: int) -> int:
+        """On a slow pace, smaller batches: one batch runs in at most a quarter of the timeout."""
+        if not (self.timeout_us and self.ns_per_row):
+            return max_rows
+        return max(1, min(max_rows, int(self.timeout_us * 1000 * HEADROOM / 4 / self.ns_per_row)))
+
+    def done(self, rows: int, seconds: float) -> None:
+        """A batch of ``rows`` took ``seconds``: update the pace (moving average) and the rows ahead."""
+        with self.ready:
+            self.rows_ahead = max(0, self.rows_ahead - rows)
+            self.batches += 1
+            if rows and self.batches > 1:  # the first run is the slow cold one
+                pace = seconds * 1e9 / rows
+                self.ns_per_row = pace if not self.ns_per_row else 0.7 * self.ns_per_row + 0.3 * pace
 
     def close(self) -> None:
         with self.ready:
