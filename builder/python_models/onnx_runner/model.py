@@ -285,7 +285,12 @@ def _rows(request: Any) -> int:
 
 
 def _send(request: Any, response: Any) -> None:
-    request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    """The request's one and final response; a sender that fails (its client gone) must not stop
+    the worker that answers everyone else."""
+    try:
+        request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception as exc:
+        pb_utils.Logger.log_warn(f"onnx_runner: could not send a response: {exc}")
 
 
 def _rejected(message: str) -> Any:
