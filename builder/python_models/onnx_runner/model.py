@@ -184,7 +184,7 @@ class TritonPythonModel:
 
 # The share of a timeout the line plans to use: the rest is for what it cannot see (the request's
 # way to the model and back, the pace changing on a shared machine).
-HEADROOM = 0.6
+HEADROOM = 0.5
 
 
 class BoundedLine:
