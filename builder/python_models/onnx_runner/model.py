@@ -86,10 +86,8 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
             return self._answer(requests)
-        for request in requests:
-            refusal = self.line.offer(request)
-            if refusal is not None:
-                _send(request, _rejected(refusal))
+        for request, refusal in self.line.offer(requests):
+            _send(request, _rejected(refusal))
         return None
 
     def _serve_line(self) -> None:
@@ -189,10 +187,10 @@ HEADROOM = 0.5
 
 class BoundedLine:
     """Requests waiting for the worker, oldest first: at most ``limit`` (0: any number). With a
-    timeout, a request is refused when it could not be answered in time: at arrival if the
-    measured pace of the worker says the line ahead of it takes longer, and when its batch is
-    formed if its deadline is nearer than that batch's run (Triton refuses only on queue time;
-    here the timeout bounds the whole answer, which is what a caller waits for)."""
+    timeout, a request is refused at arrival when the worker's measured pace says the line ahead
+    of it takes longer (Triton refuses only on queue time; here the timeout bounds the whole
+    answer, which is what a caller waits for), and when its batch is formed if it waited past
+    its deadline."""
 
     def __init__(self, limit: int, timeout_us: int, allow_override: bool) -> None:
         self.limit = limit
@@ -215,29 +213,38 @@ class BoundedLine:
         override = params.get("allow_timeout_override", "true").lower() == "true"
         return BoundedLine(limit, timeout_us, override)
 
-    def offer(self, request: Any) -> str | None:
-        """Queue ``request``; the refusal message when it does not fit."""
+    def offer(self, requests: list[Any]) -> list[tuple[Any, str]]:
+        """Queue the requests Triton handed over together (they stay together, as Triton's own
+        warm-up batches must); the refused ones with their messages."""
+        refused = []
+        with self.ready:
+            for request in requests:
+                refusal = self._admit(request)
+                if refusal is not None:
+                    refused.append((request, refusal))
+            self.ready.notify()
+        return refused
+
+    def _admit(self, request: Any) -> str | None:
         timeout_us = self.timeout_us
         if self.allow_override and 0 < request.timeout() < timeout_us:  # as Triton overrides
             timeout_us = request.timeout()
         now, rows = time.monotonic_ns(), _rows(request)
         deadline = now + int(timeout_us * 1000 * HEADROOM) if timeout_us else 0
-        with self.ready:
-            if self.closed:
-                return "Server is stopping: the model accepts no new requests"
-            if self.limit and len(self.waiting) >= self.limit:
-                return f"Exceeds maximum queue size ({self.limit} requests waiting)"
-            ahead = self.rows_ahead
-            if deadline and ahead and now + (ahead + rows) * self.ns_per_row > deadline:  # a lone one runs
-                return f"Request timeout expired: the {ahead} rows ahead would take longer"
-            self.waiting.append((request, rows, deadline))
-            self.rows_ahead += rows
-            self.ready.notify()
+        if self.closed:
+            return "Server is stopping: the model accepts no new requests"
+        if self.limit and len(self.waiting) >= self.limit:
+            return f"Exceeds maximum queue size ({self.limit} requests waiting)"
+        ahead = self.rows_ahead
+        if deadline and ahead and now + (ahead + rows) * self.ns_per_row > deadline:  # a lone one runs
+            return f"Request timeout expired: the {ahead} rows ahead would take longer"
+        self.waiting.append((request, rows, deadline))
+        self.rows_ahead += rows
         return None
 
     def take(self, max_rows: int) -> list[tuple[Any, bool]] | None:
-        """The oldest requests that fit in ``max_rows`` batch rows, each with whether it is too
-        late for this batch; blocks while none wait; None once closed and empty."""
+        """The oldest requests that fit in ``max_rows`` batch rows, each with whether its deadline
+        has passed; blocks while none wait; None once closed and empty."""
         with self.ready:
             while not self.waiting:
                 if self.closed:
@@ -245,10 +252,9 @@ class BoundedLine:
                 self.ready.wait()
             now, rows, batch = time.monotonic_ns(), 0, []
             max_rows = self._rows_in_time(max_rows)
-            run_ns = min(self.rows_ahead, max_rows) * self.ns_per_row  # this batch's expected run
             while self.waiting:
                 request, size, deadline = self.waiting[0]
-                late = bool(deadline) and now + (run_ns if batch else 0) > deadline
+                late = bool(deadline) and now > deadline
                 if not late and batch and rows + size > max_rows:
                     break
                 self.waiting.popleft()
