@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from tqdm import tqdm  # type: ignore[import-untyped]
-
 _terminal: list[TextIO] = []  # the stderr saved by the innermost quiet(), for bars
 
 
@@ -54,8 +52,11 @@ def progress(total: int, label: str, unit: str = "batch") -> Iterator[Progress]:
     """A bar ``label |####| done/total`` on a terminal, none elsewhere (or when ``total`` is 0);
     the count is kept either way."""
     stream = _stream()
-    shown = total > 0 and is_terminal(stream)
-    bar = tqdm(total=total, desc=label, unit=unit, file=stream, ncols=100, leave=False) if shown else None
+    bar = None
+    if total > 0 and is_terminal(stream):
+        from tqdm import tqdm  # type: ignore[import-untyped]  # only for a terminal
+
+        bar = tqdm(total=total, desc=label, unit=unit, file=stream, ncols=100, leave=False)
     try:
         yield Progress(bar)
     finally:
