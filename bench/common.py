@@ -121,7 +121,10 @@ def light_model(**changes: Any) -> dict[str, Any]:
 
 
 def build_repo(
-    name: str, models: Sequence[dict[str, Any]], python_models: Sequence[dict[str, Any]] = ()
+    name: str,
+    models: Sequence[dict[str, Any]],
+    python_models: Sequence[dict[str, Any]] = (),
+    ensembles: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """Write a spec with these entries and build it (local target) through the real builder."""
     WORK.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,8 @@ def build_repo(
     body: dict[str, Any] = {"models": [absolutize(m) for m in models]}
     if python_models:
         body["python_models"] = [absolutize(p) for p in python_models]
+    if ensembles:
+        body["ensembles"] = [absolutize(e) for e in ensembles]
     spec_file.write_text(yaml.safe_dump(body, sort_keys=False))
     repo = WORK / f"repo_{name}"
     build(BuildOptions(spec_file=spec_file, repo=repo, target="local", cache_dir=CACHE, log=lambda _: None))

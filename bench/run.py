@@ -19,7 +19,14 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, Options, Row, machine, save
 
-BENCHMARKS = ["serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "build_time"]
+BENCHMARKS = [
+    "serving_efficiency",
+    "dynamic_batching",
+    "vs_pytriton",
+    "vs_per_request",
+    "queue_bound",
+    "build_time",
+]
 
 
 def header(info: dict[str, Any]) -> str:

@@ -48,6 +48,8 @@ def io_config(
     cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
     for t in inputs:
         cfg.input.append(ModelInput(name=t.name, data_type=_dtype(t), dims=t.dims, optional=t.optional))
+        if t.format is not None:
+            cfg.input[-1].format = ModelInput.Format.Value(f"FORMAT_{t.format.value}")
     for t in outputs:
         out = ModelOutput(name=t.name, data_type=_dtype(t), dims=t.dims)
         if t.labels:
@@ -123,6 +125,22 @@ def set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, *, q
         for level, policy in batching.priority_queues.items():
             db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
     cfg.dynamic_batching.CopyFrom(db)
+
+
+def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:
+    """Where Triton's queue policy is left out (Batching.local_queue_policy), the onnx_runner
+    model bounds its own queue with the spec's default policy; empty when there is no bound."""
+    policy = batching.queue
+    if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
+        return {}
+    if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
+        return {}
+    reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing
+    return {
+        "max_queue_size": str(policy.max_queue_size),
+        "queue_timeout_us": str(policy.default_timeout_us if reject else 0),
+        "allow_timeout_override": _param_str(policy.allow_timeout_override),
+    }
 
 
 def set_instances(cfg: ModelConfig, count: int, kind: str) -> None:

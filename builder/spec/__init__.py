@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from builder.errors import SpecError
 from builder.spec.engine import EngineOptions
@@ -61,6 +70,13 @@ class Precision(str, Enum):
     INT8_DYNAMIC = "int8_dynamic"
 
 
+class ImageFormat(str, Enum):
+    """An image input's layout (Triton's ModelInput.format), without the batch dimension."""
+
+    NCHW = "NCHW"  # channels first: dims [C, H, W]
+    NHWC = "NHWC"  # channels last: dims [H, W, C]
+
+
 class TensorSpec(Strict):
     """One input or output; ``dims`` never include the batch dimension."""
 
@@ -69,6 +85,27 @@ class TensorSpec(Strict):
     dims: list[int]
     labels: str | None = None  # outputs only: a labels file for the classification extension
     optional: bool = False
+    format: ImageFormat | None = None  # inputs only: what Triton's image clients read
+
+    @model_serializer(mode="wrap")
+    def _omit_no_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without a layout the dump is what it was before the field existed (stage cache keys)."""
+        data: dict[str, Any] = handler(self)
+        if self.format is None:
+            data.pop("format", None)
+        return data
+
+    @model_validator(mode="after")
+    def _layout_matches_dims(self) -> TensorSpec:
+        if self.format is None:
+            return self
+        nchw = self.format is ImageFormat.NCHW
+        if len(self.dims) != 3 or self.dims[0 if nchw else 2] not in (1, 3):
+            where = "first" if nchw else "last"
+            raise ValueError(
+                f"format {self.format.value} needs dims of 3 with 1 or 3 channels {where}, got {self.dims}"
+            )
+        return self
 
     @field_validator("dims")
     @classmethod
@@ -109,9 +146,11 @@ class Batching(Strict):
     default_priority_level: Annotated[int, Field(ge=0)] = 0
     priority_queues: dict[int, QueuePolicy] = {}
     # The tritonserver 2.51 that serves the `local` target holds a request for up to 500 ms
-    # whenever a model has any queue policy or priority level (measured at concurrency 1: 22
-    # against 2,900 inferences/s). So on `local` the queue policy and priorities are written
-    # only when this is true; the container targets always get them.
+    # whenever a model has any queue policy field or priority level: its batcher then wakes for a
+    # new request only if an instance is waiting at that moment (bench/queue_stall.py). So on
+    # `local` the queue policy and priorities are written only when this is true; otherwise the
+    # onnx_runner model enforces `queue` itself (configs.local_queue_parameters). The container
+    # targets always get Triton's policy.
     local_queue_policy: bool = False
 
     @model_validator(mode="after")
@@ -291,6 +330,7 @@ class ModelSpec(Strict):
     def _consistent(self) -> ModelSpec:
         _check_unique("inputs", [t.name for t in self.inputs])
         _check_unique("outputs", [t.name for t in self.outputs])
+        _check_no_output_format(self.outputs)
         _check_unique("precisions", [p.value for p in self.precisions])
         self._check_batching()
         self._check_profiles()
@@ -445,6 +485,12 @@ class Spec(Strict):
             if m.name == name:
                 return m
         raise KeyError(name)
+
+
+def _check_no_output_format(outputs: list[TensorSpec]) -> None:
+    for i, t in enumerate(outputs):
+        if t.format is not None:
+            raise ValueError(f"outputs[{i}] '{t.name}': format is for image inputs only")
 
 
 def _check_unique(what: str, names: list[str]) -> None:

@@ -20,9 +20,11 @@ from onnx.external_data_helper import uses_external_data
 from builder.dtypes import to_numpy
 from builder.errors import DataError, SpecError
 from builder.factories import import_factory
+from builder.progress import quiet
 from builder.spec import DType, ModelSpec, TensorSpec
 
 BATCH_AXIS = "batch"
+LOG_FILE = "export.log"  # third-party output of the export, in the stage folder
 DUMMY_SEED = 0
 
 
@@ -46,15 +48,17 @@ def load_source(model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> object:
 
 
 def export(model: ModelSpec, *, spec_dir: Path, spec_file: Path, out: Path) -> Path:
-    """Write the model as one .onnx file (weights embedded) at ``out``."""
-    source = load_source(model, spec_dir=spec_dir, spec_file=spec_file)
+    """Write the model as one .onnx file (weights embedded) at ``out``; what the factory and the
+    exporter print (TracerWarning, weight-loading bars) goes to ``export.log`` beside it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(source, onnx.ModelProto):
-        onnx.save(source, out)
-    elif isinstance(source, Path):
-        _copy_onnx(source, out)
-    else:
-        _export_torch(model, source, out, spec_file=spec_file)
+    with quiet(out.parent / LOG_FILE):
+        source = load_source(model, spec_dir=spec_dir, spec_file=spec_file)
+        if isinstance(source, onnx.ModelProto):
+            onnx.save(source, out)
+        elif isinstance(source, Path):
+            _copy_onnx(source, out)
+        else:
+            _export_torch(model, source, out, spec_file=spec_file)
     return out
 
 

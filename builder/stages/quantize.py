@@ -9,8 +9,6 @@ smoothed graph the Q/DQ model is made from.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import struct
 import tempfile
@@ -34,6 +32,7 @@ from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, s
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from builder.errors import BuildError, SpecError
+from builder.progress import progress, quiet
 from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
 from builder.stages.inputs import Int8Recipe
@@ -47,6 +46,7 @@ CALIBRATION_BATCH_CAP = 16
 # Samples per calibrator pass: bounds the intermediate outputs held in memory at once
 # (ORT keeps every intermediate tensor of a pass; about 10 MB a sample for resnet18).
 SAMPLES_PER_PASS = 32
+LOG_FILE = "int8.log"  # what ONNX Runtime's calibration prints, beside the variant
 
 _METHODS = {
     SpecMethod.MINMAX: CalibrationMethod.MinMax,
@@ -193,7 +193,7 @@ def _calibrate(
         # ORT's default 128 bins equal the 128 quantized bins, leaving the entropy search
         # a single candidate (the full range, i.e. minmax); TensorRT's calibrator uses 2048.
         options.update(num_bins=2048, num_quantized_bins=128)
-    with contextlib.redirect_stdout(io.StringIO()):  # ORT's histogram calibrators print progress
+    with quiet(tmp.parent / LOG_FILE):  # ORT's calibrators print progress of their own
         return _collect(pre, cal, samples, batch, tmp, options)
 
 
@@ -211,8 +211,10 @@ def _collect(
     count = next(iter(samples.values())).shape[0]
     step = max(batch, 1)
     chunk = max(1, SAMPLES_PER_PASS // step) * step
-    for start in range(0, count, chunk):
-        calibrator.collect_data(SampleReader(samples, batch, start, start + chunk))
+    with progress(count, "int8 calibration", unit="sample") as bar:
+        for start in range(0, count, chunk):
+            calibrator.collect_data(SampleReader(samples, batch, start, start + chunk))
+            bar.advance(min(chunk, count - start))
     ranges = calibrator.compute_data()
     del calibrator
     return ranges

@@ -16,6 +16,7 @@ import onnxruntime as ort
 from numpy.typing import NDArray
 
 from builder.errors import SpecError
+from builder.progress import progress
 from builder.records import OutputMetrics, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
 
@@ -37,18 +38,21 @@ def run_onnx(
 
 
 def run_session(
-    sess: ort.InferenceSession, inputs: dict[str, NDArray[Any]], *, batch_size: int
+    sess: ort.InferenceSession, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
 ) -> dict[str, NDArray[Any]]:
+    """All samples in batches; with a ``label``, a progress bar on a terminal."""
     names = [o.name for o in sess.get_outputs()]
     count = next(iter(inputs.values())).shape[0]
     parts: list[list[NDArray[Any]]] = []
-    for start in range(0, count, max(batch_size, 1)):
-        if batch_size == 0:
-            feed = {k: v[start] for k, v in inputs.items()}
-            parts.append([o[np.newaxis] for o in sess.run(names, feed)])
-        else:
-            feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
-            parts.append(sess.run(names, feed))
+    with progress(count if label else 0, label, unit="sample") as bar:
+        for start in range(0, count, max(batch_size, 1)):
+            if batch_size == 0:
+                feed = {k: v[start] for k, v in inputs.items()}
+                parts.append([o[np.newaxis] for o in sess.run(names, feed)])
+            else:
+                feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
+                parts.append(sess.run(names, feed))
+            bar.advance(min(max(batch_size, 1), count - start))
     return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
 
 
@@ -145,7 +149,9 @@ def verify_variant(
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
     sess = session(onnx_path, model.serve.threads)
-    candidate = run_session(sess, inputs, batch_size=_batch(model))
+    candidate = run_session(
+        sess, inputs, batch_size=_batch(model), label=f"verify {model.name} {precision.value}"
+    )
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{precision.value}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs)

@@ -13,6 +13,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import (
     ONNX_FILE,
+    local_queue_parameters,
     model_io_config,
     set_batching,
     set_instances,
@@ -50,14 +51,15 @@ class LocalTarget(Target):
         cfg.backend = "python"
         set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
                              "intra_op_threads": str(model.serve.threads)})  # fmt: skip
-        set_batching(
-            cfg, model.batching, model.max_batch_size, queue_policy=self.writes_queue_policy(model.batching)
-        )
+        queue_policy = self.writes_queue_policy(model.batching)
+        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
+        # Without Triton's policy the onnx_runner model enforces the spec's bound itself.
+        set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
         set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
         set_warmup(cfg, model)
         return cfg
 
     def writes_queue_policy(self, batching: Batching) -> bool:
-        # tritonserver 2.51 holds requests up to 500 ms whenever a queue policy is set
-        # (see Batching.local_queue_policy); only where the spec asks for it.
+        # tritonserver 2.51's batcher stalls up to 500 ms whenever a queue policy is set
+        # (bench/queue_stall.py); only where the spec asks for it.
         return batching.local_queue_policy

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup, ModelQueuePolicy
+from tritonclient.grpc.model_config_pb2 import (
+    DataType,
+    ModelConfig,
+    ModelInput,
+    ModelInstanceGroup,
+    ModelQueuePolicy,
+)
 
 from builder.configs import ensemble_config, read_config, write_config
 from builder.server import TritonServer
@@ -342,3 +348,49 @@ def test_local_target_omits_queue_policy_unless_asked() -> None:
     assert list(local.preferred_batch_size) == [4, 16]
     container = core_config(plain, "cpu", variant=Precision.FP32).dynamic_batching
     assert container.default_queue_policy.max_queue_size == 64 and container.priority_levels == 2
+
+
+def _params(cfg: ModelConfig) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+def test_local_target_bounds_the_runner_where_triton_policy_is_left_out() -> None:
+    """Where the queue policy is dropped on local, the onnx_runner gets the spec's bound instead."""
+    model = full_model(
+        batching={
+            "queue": {"max_queue_size": 64, "default_timeout_us": 9000, "allow_timeout_override": False}
+        }
+    )
+    params = _params(core_config(model, "local", variant=Precision.FP32))
+    assert params["max_queue_size"] == "64" and params["queue_timeout_us"] == "9000"
+    assert params["allow_timeout_override"] == "false"
+    assert "max_queue_size" not in _params(core_config(model, "cpu", variant=Precision.FP32))
+
+
+def test_local_runner_bound_follows_the_spec() -> None:
+    unbounded = core_config(full_model(batching={}), "local", variant=Precision.FP32)
+    assert "max_queue_size" not in _params(unbounded), "no bound in the spec: none in the runner"
+    with_triton_policy = core_config(full_model(), "local", variant=Precision.FP32)  # local_queue_policy
+    assert "max_queue_size" not in _params(with_triton_policy)
+    delay = full_model(
+        batching={"queue": {"max_queue_size": 8, "default_timeout_us": 5, "timeout_action": "delay"}}
+    )
+    params = _params(core_config(delay, "local", variant=Precision.FP32))
+    assert params["max_queue_size"] == "8" and params["queue_timeout_us"] == "0", (
+        "DELAY refuses nothing on timeout"
+    )
+
+
+def test_image_layout_is_written_for_every_target() -> None:
+    model = full_model(
+        inputs=[{"name": "image", "dtype": "FP32", "dims": [3, 8, 8], "format": "NCHW"}],
+        outputs=[{"name": "logits", "dtype": "FP32", "dims": [10]}],
+        profiles=[],
+        batching={},
+    )
+    for target in TARGETS:
+        cfg = core_config(model, target, variant=Precision.FP32)
+        assert cfg.input[0].format == ModelInput.Format.Value("FORMAT_NCHW"), target
+    assert fallback_config(model).input[0].format == ModelInput.Format.Value("FORMAT_NCHW")
+    plain = core_config(full_model(), "local", variant=Precision.FP32)
+    assert all(i.format == ModelInput.Format.Value("FORMAT_NONE") for i in plain.input)

@@ -159,3 +159,37 @@ def test_shape_range_and_opt_batch_come_from_the_profile(tmp_path: Path) -> None
     model = load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m")
     assert model.opt_batch() == 4
     assert model.shape_range(model.inputs[0]).max == [128]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "dims"),
+    [("NCHW", [224, 224, 3]), ("NHWC", [3, 224, 224]), ("NCHW", [3, 224]), ("NHWC", [2, 2, 4])],
+)
+def test_image_format_must_match_the_channels(tmp_path: Path, fmt: str, dims: list[int]) -> None:
+    doc = base()
+    doc["models"][0]["inputs"] = [{"name": "x", "dtype": "FP32", "dims": dims, "format": fmt}]
+    message = error_for(tmp_path, doc)
+    assert "models.yaml" in message and "model 'm'" in message and "inputs" in message
+    assert f"format {fmt} needs dims of 3 with 1 or 3 channels" in message, message
+
+
+@pytest.mark.parametrize(
+    ("fmt", "dims"), [("NCHW", [3, 224, 224]), ("NCHW", [1, 28, 28]), ("NHWC", [64, 64, 3])]
+)
+def test_image_format_loads(tmp_path: Path, fmt: str, dims: list[int]) -> None:
+    doc = base()
+    doc["models"][0]["inputs"] = [{"name": "x", "dtype": "FP32", "dims": dims, "format": fmt}]
+    assert load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m").inputs[0].format.value == fmt
+
+
+def test_image_format_is_for_inputs_only(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["outputs"][0].update(dims=[3, 4, 4], format="NCHW")
+    assert "outputs[0] 'y': format is for image inputs only" in error_for(tmp_path, doc)
+
+
+def test_image_format_names_the_choices(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["inputs"][0].update(dims=[3, 4, 4], format="CHW")
+    message = error_for(tmp_path, doc)
+    assert "format" in message and "NCHW" in message and "NHWC" in message, message

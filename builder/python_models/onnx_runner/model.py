@@ -5,12 +5,23 @@ as few ONNX Runtime calls as possible: requests whose non-batch shapes agree
 are concatenated along the batch axis, run once, and the result is split
 back into per-request views. A failing group is retried request by request
 so that one bad request fails alone.
+
+With a bounded queue (parameters ``max_queue_size`` / ``queue_timeout_us``, written on the
+``local`` target in place of Triton's queue policy) ``execute`` only queues the requests and
+returns; a worker thread runs them and answers through each request's response sender. That
+keeps the instance thread waiting for Triton's next payload, which tritonserver 2.51's batcher
+needs in order to wake for a new request when a queue policy is set (bench/queue_stall.py), and
+it puts the bound where it can be counted: requests beyond ``max_queue_size`` waiting, or
+waiting longer than the timeout, get Triton's own UNAVAILABLE error and messages.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +77,38 @@ class TritonPythonModel:
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
         ]
         self.output_names = [name for name, _ in self.outputs]
+        self.line = BoundedLine.from_params(params, _instances(config))
+        if self.line is not None:
+            self.max_rows = max(1, int(config.get("max_batch_size", 0)))
+            self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
+            self.worker.start()
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.line is None:
+            return self._answer(requests)
+        for request, refusal in self.line.offer(requests):
+            _send(request, _rejected(refusal))
+        return None
+
+    def _serve_line(self) -> None:
+        assert self.line is not None
+        while (batch := self.line.take(self.max_rows)) is not None:
+            fresh = []
+            for request, late in batch:
+                if late:
+                    _send(request, _rejected("Request timeout expired"))
+                else:
+                    fresh.append(request)
+            start = time.perf_counter()
+            try:
+                responses = self._answer(fresh)
+            except Exception as exc:  # never leave a request unanswered
+                responses = [_error(f"onnx_runner: {exc}") for _ in fresh]
+            self.line.done(sum(_rows(r) for r in fresh), time.perf_counter() - start)
+            for request, response in zip(fresh, responses, strict=True):
+                _send(request, response)
+
+    def _answer(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         feeds: dict[int, dict[str, np.ndarray]] = {}
         for i, request in enumerate(requests):
@@ -133,7 +174,133 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
+        if self.line is not None:
+            self.line.close()  # the worker answers what is queued, then stops
+            self.worker.join(timeout=30)
         self.session = None
+
+
+# The share of a timeout the line plans to use: the rest is for what it cannot see (the request's
+# way to the model and back, the pace changing on a shared machine).
+HEADROOM = 0.5
+
+
+class BoundedLine:
+    """Requests waiting for the worker, oldest first: at most ``limit`` (0: any number). With a
+    timeout, a request is refused at arrival when the worker's measured pace says the line ahead
+    of it takes longer (Triton refuses only on queue time; here the timeout bounds the whole
+    answer, which is what a caller waits for), and when its batch is formed if it waited past
+    its deadline."""
+
+    def __init__(self, limit: int, timeout_us: int, allow_override: bool) -> None:
+        self.limit = limit
+        self.timeout_us = timeout_us
+        self.allow_override = allow_override
+        self.waiting: deque[tuple[Any, int, int]] = deque()  # (request, batch rows, deadline ns)
+        self.ready = threading.Condition()
+        self.closed = False
+        self.rows_ahead = 0  # rows waiting plus rows running
+        self.ns_per_row = 0.0  # the worker's measured pace (0 until the second batch)
+        self.batches = 0
+
+    @staticmethod
+    def from_params(params: dict[str, str], instances: int) -> BoundedLine | None:
+        """The spec's bound is the model's: each instance (its own process) holds its share."""
+        limit = -(-int(params.get("max_queue_size", "0") or 0) // instances)
+        timeout_us = int(params.get("queue_timeout_us", "0") or 0)
+        if limit <= 0 and timeout_us <= 0:
+            return None
+        override = params.get("allow_timeout_override", "true").lower() == "true"
+        return BoundedLine(limit, timeout_us, override)
+
+    def offer(self, requests: list[Any]) -> list[tuple[Any, str]]:
+        """Queue the requests Triton handed over together (they stay together, as Triton's own
+        warm-up batches must); the refused ones with their messages."""
+        refused = []
+        with self.ready:
+            for request in requests:
+                refusal = self._admit(request)
+                if refusal is not None:
+                    refused.append((request, refusal))
+            self.ready.notify()
+        return refused
+
+    def _admit(self, request: Any) -> str | None:
+        timeout_us = self.timeout_us
+        if self.allow_override and 0 < request.timeout() < timeout_us:  # as Triton overrides
+            timeout_us = request.timeout()
+        now, rows = time.monotonic_ns(), _rows(request)
+        deadline = now + int(timeout_us * 1000 * HEADROOM) if timeout_us else 0
+        if self.closed:
+            return "Server is stopping: the model accepts no new requests"
+        if self.limit and len(self.waiting) >= self.limit:
+            return f"Exceeds maximum queue size ({self.limit} requests waiting)"
+        ahead = self.rows_ahead
+        if deadline and ahead and now + (ahead + rows) * self.ns_per_row > deadline:  # a lone one runs
+            return f"Request timeout expired: the {ahead} rows ahead would take longer"
+        self.waiting.append((request, rows, deadline))
+        self.rows_ahead += rows
+        return None
+
+    def take(self, max_rows: int) -> list[tuple[Any, bool]] | None:
+        """The oldest requests that fit in ``max_rows`` batch rows, each with whether its deadline
+        has passed; blocks while none wait; None once closed and empty."""
+        with self.ready:
+            while not self.waiting:
+                if self.closed:
+                    return None
+                self.ready.wait()
+            now, rows, batch = time.monotonic_ns(), 0, []
+            max_rows = self._rows_in_time(max_rows)
+            while self.waiting:
+                request, size, deadline = self.waiting[0]
+                late = bool(deadline) and now > deadline
+                if not late and batch and rows + size > max_rows:
+                    break
+                self.waiting.popleft()
+                batch.append((request, late))
+                rows += 0 if late else size
+                self.rows_ahead -= size if late else 0
+        return batch
+
+    def _rows_in_time(self, max_rows: int) -> int:
+        """On a slow pace, smaller batches: one batch runs in at most a quarter of the timeout."""
+        if not (self.timeout_us and self.ns_per_row):
+            return max_rows
+        return max(1, min(max_rows, int(self.timeout_us * 1000 * HEADROOM / 4 / self.ns_per_row)))
+
+    def done(self, rows: int, seconds: float) -> None:
+        """A batch of ``rows`` took ``seconds``: update the pace (moving average) and the rows ahead."""
+        with self.ready:
+            self.rows_ahead = max(0, self.rows_ahead - rows)
+            self.batches += 1
+            if rows and self.batches > 1:  # the first run is the slow cold one
+                pace = seconds * 1e9 / rows
+                self.ns_per_row = pace if not self.ns_per_row else 0.7 * self.ns_per_row + 0.3 * pace
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify_all()
+
+
+def _rows(request: Any) -> int:
+    """The request's batch size: the first input's leading dimension."""
+    inputs = request.inputs()
+    return int(inputs[0].shape()[0]) if inputs and inputs[0].shape() else 1
+
+
+def _send(request: Any, response: Any) -> None:
+    """The request's one and final response; a sender that fails (its client gone) must not stop
+    the worker that answers everyone else."""
+    try:
+        request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception as exc:
+        pb_utils.Logger.log_warn(f"onnx_runner: could not send a response: {exc}")
+
+
+def _rejected(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.UNAVAILABLE))
 
 
 def _error(message: str) -> Any:
