@@ -43,11 +43,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-# TensorRT cannot run here: its calls are checked by mypy --strict against tensorrt-stubs.
+# mypy --strict over both packages; TensorRT cannot run here, so its calls are checked
+# against tensorrt-stubs.
 typecheck: $(STAMP)
 	$(BIN)/python tools/setup_trt_stubs.py
-	$(BIN)/mypy builder/engines
-	$(BIN)/mypy clients
+	$(BIN)/mypy --strict builder clients
 
 # A real perf_analyzer (from the tritonclient 2.48 wheel) where none is on PATH.
 tools: $(STAMP)

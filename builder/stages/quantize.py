@@ -15,10 +15,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from numpy.typing import NDArray
 from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
@@ -63,10 +65,10 @@ class QuantizeResult:
     calibration_table: Path | None  # TensorRT-format calibration table from the same ranges
 
 
-class SampleReader(CalibrationDataReader):
+class SampleReader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime has no type information
     """Feeds samples in batches; with ``batch == 0`` one sample at a time, without a batch axis."""
 
-    def __init__(self, samples: dict[str, np.ndarray], batch: int, start: int = 0, stop: int | None = None):
+    def __init__(self, samples: dict[str, NDArray[Any]], batch: int, start: int = 0, stop: int | None = None):
         self.samples = samples
         self.batch = batch
         self.count = next(iter(samples.values())).shape[0]
@@ -74,7 +76,7 @@ class SampleReader(CalibrationDataReader):
         self.stop = self.count if stop is None else min(stop, self.count)
         self._it = self._batches()
 
-    def _batches(self) -> Iterator[dict[str, np.ndarray]]:
+    def _batches(self) -> Iterator[dict[str, NDArray[Any]]]:
         step = max(self.batch, 1)
         for i in range(self.start, self.stop, step):
             if self.batch == 0:
@@ -82,7 +84,7 @@ class SampleReader(CalibrationDataReader):
             else:
                 yield {k: v[i : i + step] for k, v in self.samples.items()}
 
-    def get_next(self) -> dict[str, np.ndarray] | None:
+    def get_next(self) -> dict[str, NDArray[Any]] | None:
         return next(self._it, None)
 
     def __len__(self) -> int:
@@ -96,7 +98,7 @@ def calibration_batch(model: ModelSpec) -> int:
 def quantize_int8(
     model: ModelSpec,
     fp32_onnx: Path,
-    samples: dict[str, np.ndarray],
+    samples: dict[str, NDArray[Any]],
     out_dir: Path,
     recipe: Int8Recipe = ONNX_RUNTIME_INT8,
     tensorrt_graph: Path | None = None,
@@ -144,7 +146,7 @@ def quantize_int8(
 
 
 def _tensorrt_table(
-    graph: Path, cal: Calibration, samples: dict[str, np.ndarray], batch: int, tmp: Path, out: Path
+    graph: Path, cal: Calibration, samples: dict[str, NDArray[Any]], batch: int, tmp: Path, out: Path
 ) -> None:
     """Calibrate every float tensor of the graph TensorRT parses, as it is (no pre-processing)."""
     work = tmp / "tensorrt"
@@ -184,7 +186,7 @@ def _pre_process(fp32_onnx: Path, tmp: Path) -> Path:
 
 
 def _calibrate(
-    pre: Path, cal: Calibration, samples: dict[str, np.ndarray], batch: int, tmp: Path
+    pre: Path, cal: Calibration, samples: dict[str, NDArray[Any]], batch: int, tmp: Path
 ) -> TensorsData:
     options: dict[str, object] = {"symmetric": True}
     if cal.method is SpecMethod.PERCENTILE:
@@ -198,7 +200,12 @@ def _calibrate(
 
 
 def _collect(
-    pre: Path, cal: Calibration, samples: dict[str, np.ndarray], batch: int, tmp: Path, options: dict
+    pre: Path,
+    cal: Calibration,
+    samples: dict[str, NDArray[Any]],
+    batch: int,
+    tmp: Path,
+    options: dict[str, object],
 ) -> TensorsData:
     calibrator = create_calibrator(
         pre,

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from PIL import Image
 
 try:  # only inside tritonserver
@@ -27,7 +28,7 @@ _SCALE = (1.0 / (255.0 * STD)).astype(np.float32)
 _OFFSET = (-MEAN / STD).astype(np.float32)
 
 
-def preprocess_image(data: bytes) -> np.ndarray:
+def preprocess_image(data: bytes) -> NDArray[Any]:
     """Decode, RGB, shorter side to 256 (bilinear), centre crop 224, normalise; float32 [3, 224, 224]."""
     with Image.open(io.BytesIO(data)) as img:
         img.draft("RGB", (RESIZE, RESIZE))  # JPEG: decode at a reduced scale still >= 256 a side

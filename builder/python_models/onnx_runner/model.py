@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from numpy.typing import NDArray
 
 # ONNX Runtime's type strings for the inputs it may be given.
 ORT_TYPES = {
@@ -110,7 +111,7 @@ class TritonPythonModel:
 
     def _answer(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        feeds: dict[int, dict[str, np.ndarray]] = {}
+        feeds: dict[int, dict[str, NDArray[Any]]] = {}
         for i, request in enumerate(requests):
             try:
                 feeds[i] = self._feed(request)
@@ -120,7 +121,7 @@ class TritonPythonModel:
             self._run_group(group, feeds, responses)
         return responses
 
-    def _feed(self, request: Any) -> dict[str, np.ndarray]:
+    def _feed(self, request: Any) -> dict[str, NDArray[Any]]:
         feed = {}
         for name, dtype in self.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -130,18 +131,18 @@ class TritonPythonModel:
             feed[name] = array if dtype is None or array.dtype == dtype else array.astype(dtype)
         return feed
 
-    def _groups(self, feeds: dict[int, dict[str, np.ndarray]]) -> list[list[int]]:
+    def _groups(self, feeds: dict[int, dict[str, NDArray[Any]]]) -> list[list[int]]:
         """Indices of requests that can share one run: same inputs, same non-batch shapes."""
         if not self.batched:
             return [[i] for i in feeds]
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[int]] = {}
         for i, feed in feeds.items():
             key = tuple((name, a.shape[1:]) for name, a in feed.items())
             groups.setdefault(key, []).append(i)
         return list(groups.values())
 
     def _run_group(
-        self, group: list[int], feeds: dict[int, dict[str, np.ndarray]], responses: list[Any]
+        self, group: list[int], feeds: dict[int, dict[str, NDArray[Any]]], responses: list[Any]
     ) -> None:
         if len(group) == 1:
             responses[group[0]] = self._respond_one(feeds[group[0]])
@@ -160,13 +161,13 @@ class TritonPythonModel:
         for k, i in enumerate(group):
             responses[i] = self._response([parts[k] for parts in per_output])
 
-    def _respond_one(self, feed: dict[str, np.ndarray]) -> Any:
+    def _respond_one(self, feed: dict[str, NDArray[Any]]) -> Any:
         try:
             return self._response(self.session.run(self.output_names, feed))
         except Exception as exc:
             return _error(f"onnxruntime: {exc}")
 
-    def _response(self, arrays: list[np.ndarray]) -> Any:
+    def _response(self, arrays: list[NDArray[Any]]) -> Any:
         tensors = [
             pb_utils.Tensor(name, np.ascontiguousarray(a, dtype=dtype))
             for (name, dtype), a in zip(self.outputs, arrays, strict=True)
@@ -250,7 +251,8 @@ class BoundedLine:
                 if self.closed:
                     return None
                 self.ready.wait()
-            now, rows, batch = time.monotonic_ns(), 0, []
+            now, rows = time.monotonic_ns(), 0
+            batch: list[tuple[Any, bool]] = []
             max_rows = self._rows_in_time(max_rows)
             while self.waiting:
                 request, size, deadline = self.waiting[0]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -33,7 +34,7 @@ def load_tokenizer(path: str | Path, max_length: int = DEFAULT_MAX_LENGTH) -> An
     return tok
 
 
-def decode_texts(values: np.ndarray) -> list[str]:
+def decode_texts(values: NDArray[Any]) -> list[str]:
     """A request's TEXT tensor (bytes or str objects) as strings; ValueError if it is not UTF-8 text."""
     texts = []
     for value in np.asarray(values, dtype=object).reshape(-1):
@@ -49,7 +50,7 @@ def decode_texts(values: np.ndarray) -> list[str]:
     return texts
 
 
-def encode(tokenizer: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def encode(tokenizer: Any, texts: list[str]) -> tuple[NDArray[Any], NDArray[Any]]:
     """input_ids and attention_mask, int64 [len(texts), longest]."""
     encs = tokenizer.encode_batch(texts)
     ids = np.array([e.ids for e in encs], dtype=np.int64).reshape(len(texts), -1)
