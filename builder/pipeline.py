@@ -27,6 +27,7 @@ from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import SpecError, VerificationError
 from builder.llm.build import build_llm, check_llm_paths
+from builder.progress import quiet
 from builder.records import (
     BuildContext,
     BuildOptions,
@@ -209,8 +210,9 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
     reference = None
     source_kind = "onnx"
     if model.source_kind == "factory":
-        source = load_source(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file)
-        reference = torch_reference(model, source, inputs)
+        with quiet(out / "reference.log"):  # torch's and transformers' own output
+            source = load_source(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file)
+            reference = torch_reference(model, source, inputs)
         source_kind = "pytorch" if reference is not None else "onnx"
     if reference is None:
         reference = run_onnx(exported, inputs, batch_size=model.max_batch_size)

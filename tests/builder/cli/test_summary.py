@@ -36,7 +36,7 @@ def test_render_shows_served_variant_worst_metric_and_failures(tmp_path: Path) -
     assert lines[0].split()[:2] == ["model", "served"]
     row = lines[2]
     assert row.startswith("m ") and " fp32 " in row
-    assert "fp32 ok min cos 0.9999" in row and "int8 FAILED min cos 0.9000" in row
-    assert "3.0 MiB" in row and "skipped (unchanged)" in row
+    assert "fp32 ok min cos 0.9999" in row and "3.0 MiB" in row and "unchanged" in row
+    assert lines[3].split() == ["int8", "FAILED", "min", "cos", "0.9000"]  # one line per variant
     assert lines[-1] == f"local repository {tmp_path / 'repo'} (published) in 2.5 s"
     assert all(len(line) <= 120 for line in lines)
