@@ -1,7 +1,7 @@
 """An LLM served by vLLM's engine inside the real tritonserver (``vllm_engine`` Python model).
 
-Needs vLLM in the running interpreter and a checkpoint folder (safetensors, tokenizer, chat
-template) named by ``TRITONFORGE_LLM_CHECKPOINT``; skipped otherwise. One server for the module:
+The checkpoint is the zoo's (built by the LLM stages from the test cache; see
+fixtures/llm_repo.py). One server for the module:
 the engine takes 20-100 s to start on 2 cores. Overload figures go to
 ``bench/results/llm_overload.json``.
 """
