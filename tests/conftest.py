@@ -20,6 +20,7 @@ from builder.server import TritonServer
 ROOT = Path(__file__).parents[1]
 FIXTURES = Path(__file__).parent / "builder" / "fixtures"
 KEPT_LOGS = ROOT / ".tritonforge" / "test-logs"
+ZOO_START_TIMEOUT = 600  # the zoo's LLM: vLLM starts its engine in 20 s idle, minutes on a busy machine
 
 
 def test_cache_dir() -> Path:
@@ -71,10 +72,14 @@ _SESSION_SERVERS: list[TritonServer] = []
 def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """One real tritonserver on the zoo repository for the whole session."""
     log = tmp_path_factory.mktemp("triton") / "server.log"
-    with TritonServer(zoo_repo, log_path=log) as server:
+    server = TritonServer(zoo_repo, log_path=log)
+    server.start(timeout=ZOO_START_TIMEOUT)
+    try:
         _SESSION_SERVERS.append(server)
         yield server
         _SESSION_SERVERS.remove(server)
+    finally:
+        server.stop()
 
 
 class ServerCrashed(Exception):

@@ -89,9 +89,12 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+START_TIMEOUT_S = 600  # an LLM in the repository: vLLM's engine takes from 20 s to minutes to start
+
+
 def _serve(server: TritonServer, stop: threading.Event) -> int:
     try:
-        server.start()
+        server.start(timeout=START_TIMEOUT_S)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
