@@ -200,7 +200,7 @@ class _Job:
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
         """The same comparison and tolerance as the CPU variants of this precision."""
-        from builder.stages.verify import compare
+        from builder.stages.verify import compare  # ONNX Runtime, only once a plan ran
 
         with np.load(outputs_file, allow_pickle=False) as data:
             outputs = {k: data[k] for k in data.files}

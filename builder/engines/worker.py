@@ -19,6 +19,7 @@ EXIT_FAILED = 3
 
 
 def main(argv: list[str]) -> int:
+    # TensorRT and Polygraphy load in this child process only, so that their crash stays here.
     from builder.engines.request import BuildRequest
     from builder.engines.trt_loader import EngineBuildError, build_plan
 

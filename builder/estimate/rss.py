@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from builder.dtypes import to_numpy
 from builder.server import TritonServer
 from builder.spec import ModelSpec
 
@@ -86,8 +87,6 @@ def max_shape_requests(model: ModelSpec, url: str, name: str, rounds: int = ROUN
 def max_shape_request(model: ModelSpec, url: str, name: str) -> None:
     """One request at the max batch and the profile's max shape (where the estimate is taken)."""
     import tritonclient.http as httpclient
-
-    from builder.dtypes import to_numpy
 
     client = httpclient.InferenceServerClient(url.split("://", 1)[1], network_timeout=300)
     batch = [model.max_batch_size] if model.max_batch_size > 0 else []

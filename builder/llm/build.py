@@ -2,8 +2,8 @@
 
 Each stage declares its inputs like the ONNX stages do (``builder.stages.inputs``), so a
 rebuild with nothing changed skips all three, and a new vLLM or transformers re-runs
-exactly the stages they take part in. The stage modules import transformers and vLLM, so
-each body imports its module when it runs.
+exactly the stages they take part in. The check and verify modules import transformers, so
+those bodies import them when they run.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 
 from builder.cache import StageResult, file_hash, tree_hash
 from builder.errors import SpecError, VerificationError
+from builder.llm.export import export, resolve_source
+from builder.llm.prompts import load_conversations
 from builder.records import BuildContext, LLMBuild, LLMVerdict
 from builder.spec.llm import Evaluation, LLMDType, LLMSpec, LongLane
 from builder.stages.inputs import StageInputs
@@ -52,8 +54,6 @@ class LLMVerifyInputs(StageInputs):
 
 def check_llm_paths(spec: LLMSpec, ctx: BuildContext) -> None:
     """The source and the evaluation prompts exist (checked before any slow stage runs)."""
-    from builder.llm.export import resolve_source
-
     source = resolve_source(spec, spec_file=ctx.spec_file)
     if not source.exists():
         raise SpecError(f"'{spec.source}' ({source}) not found", file=ctx.spec_file, model=spec.name,
@@ -65,8 +65,6 @@ def check_llm_paths(spec: LLMSpec, ctx: BuildContext) -> None:
 
 def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     """Export, check and verify; raise VerificationError when the engine is out of tolerance."""
-    from builder.llm.export import resolve_source
-
     source = resolve_source(spec, spec_file=ctx.spec_file)
     fingerprint = file_hash(source) if source.is_file() else tree_hash(source)
     export_in = LLMExportInputs(source=spec.source, source_fingerprint=fingerprint, dtype=spec.dtype)
@@ -100,8 +98,6 @@ def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[
 
 
 def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
-    from builder.llm.export import export
-
     done = export(
         source, out / CHECKPOINT, spec.dtype, file=ctx.spec_file, model=spec.name, log=out / "export.log"
     )
@@ -109,7 +105,7 @@ def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
 
 
 def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path) -> Info:
-    from builder.llm.check import check_checkpoint
+    from builder.llm.check import check_checkpoint  # imports transformers
 
     checked = check_checkpoint(checkpoint, spec, file=ctx.spec_file)
     plan = checked.memory
@@ -122,8 +118,7 @@ def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path) -> Info:
 
 
 def _verify(spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path) -> Info:
-    from builder.llm.prompts import load_conversations
-    from builder.llm.verify import verify_llm
+    from builder.llm.verify import verify_llm  # imports transformers
 
     conversations = load_conversations(prompts, model=spec.name)
     report = verify_llm(spec, checkpoint, source, conversations, work=out)

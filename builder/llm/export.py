@@ -17,7 +17,7 @@ from typing import Any
 
 from builder.errors import SpecError
 from builder.factories import import_factory
-from builder.llm.quiet import output_to
+from builder.progress import quiet
 from builder.spec.llm import LLMDType, LLMSpec, SourceKind
 
 GGUF_MAGIC = b"GGUF"
@@ -83,7 +83,7 @@ def export_gguf(
     libraries' output goes to ``log`` when given."""
     check_gguf(gguf, file=file, model=model)
     _offline()
-    with output_to(log) if log is not None else nullcontext():
+    with quiet(log) if log is not None else nullcontext():
         return _dequantize_and_save(gguf, out, dtype)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from builder.errors import BuildError, VerificationError
 from builder.llm.prompts import Conversation
-from builder.llm.quiet import output_to
 from builder.llm.vllm_greedy import GreedyRequest, GreedyResult
+from builder.progress import progress, quiet
 from builder.spec.llm import LLMDType, LLMSpec, LLMTolerance
 
 ENGINE_TIMEOUT_S = 900.0
@@ -83,9 +83,13 @@ def verify_llm(
     engine = _start_engine(request, work)
     try:
         started = time.perf_counter()
-        with output_to(work / "source.log"):
+        with quiet(work / "source.log"):
             source_model = SourceModel(source)
-            source_tokens = [source_model.greedy(ids, ev.tokens) for ids in prompts]
+            source_tokens = []
+            with progress(len(prompts), f"{spec.name} verify", unit="prompt") as bar:
+                for ids in prompts:
+                    source_tokens.append(source_model.greedy(ids, ev.tokens))
+                    bar.advance()
         source_seconds = time.perf_counter() - started
     except BaseException:
         engine.kill()
