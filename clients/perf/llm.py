@@ -17,7 +17,7 @@ from pathlib import Path
 
 from clients.perf import llm_metrics, profile_export
 from clients.perf.errors import PerfError
-from clients.perf.llm_prompts import Prompt, input_data
+from clients.perf.llm_prompts import Prompt, input_data, openai_input_data
 from clients.perf.llm_report import LLMPoint, LLMReport, write_all
 from clients.perf.llm_stats import stream_stats
 from clients.perf.runner import find_perf_analyzer, host_port
@@ -55,15 +55,25 @@ def run_llm_perf(
     out_dir: Path,
     metrics_url: str | None = None,
     stem: str | None = None,
+    service_kind: str = "triton",
 ) -> LLMReport:
-    """One streaming perf_analyzer run per concurrency (gRPC ``url``); writes CSV/JSON/MD/PNG."""
+    """One streaming perf_analyzer run per concurrency (gRPC ``url``); writes CSV/JSON/MD/PNG.
+    ``service_kind="openai"``: the same load on an OpenAI-compatible server's ``v1/completions``
+    (HTTP ``url``), for comparisons."""
+    if service_kind not in ("triton", "openai"):
+        raise PerfError(f"service kind '{service_kind}': choose triton or openai")
     if not prompts:
         raise PerfError("no prompts to send")
     out_dir = Path(out_dir)
     raw = out_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     data_file = raw / f"{model}.llm_input_data.json"
-    data_file.write_text(json.dumps(input_data(list(prompts), load.output_tokens), indent=1) + "\n")
+    data = (
+        openai_input_data(list(prompts), load.output_tokens, model)
+        if service_kind == "openai"
+        else input_data(list(prompts), load.output_tokens)
+    )
+    data_file.write_text(json.dumps(data, indent=1) + "\n")
     known = [p.tokens for p in prompts if p.tokens >= 0]
     mean = sum(known) / len(known) if known else math.nan
     report = LLMReport(model=model, url=url, settings={
@@ -71,18 +81,25 @@ def run_llm_perf(
         "input_tokens_min": min(known, default=-1), "input_tokens_max": max(known, default=-1),
     })  # fmt: skip
     for c in load.concurrency:
-        report.points.append(_measure(url, model, c, load, data_file, raw, metrics_url))
+        report.points.append(_measure(url, model, c, load, data_file, raw, metrics_url, service_kind))
     write_all(report, out_dir, stem)
     return report
 
 
 def _measure(
-    url: str, model: str, concurrency: int, load: LLMLoad, data_file: Path, raw: Path, metrics_url: str | None
+    url: str,
+    model: str,
+    concurrency: int,
+    load: LLMLoad,
+    data_file: Path,
+    raw: Path,
+    metrics_url: str | None,
+    service_kind: str,
 ) -> LLMPoint:
     export = raw / f"{model}_llm_concurrency_{concurrency}.profile.json"
     export.unlink(missing_ok=True)
     before = llm_metrics.scrape(metrics_url, model) if metrics_url else None
-    run(command(url, model, concurrency, load, data_file, export), load.timeout_s)
+    run(command(url, model, concurrency, load, data_file, export, service_kind), load.timeout_s)
     server = llm_metrics.server_stats(before, llm_metrics.scrape(metrics_url, model)) if before else None
     experiments = profile_export.load(export)
     if len(experiments) != 1:
@@ -95,12 +112,21 @@ def _measure(
 
 
 def command(
-    url: str, model: str, concurrency: int, load: LLMLoad, data_file: Path, export: Path
+    url: str,
+    model: str,
+    concurrency: int,
+    load: LLMLoad,
+    data_file: Path,
+    export: Path,
+    service_kind: str = "triton",
 ) -> list[str]:
     """A fixed number of requests (``--request-count``), not stability windows: a streamed request
     lasts seconds here, and every recorded response is what the figures come from."""
+    # 2.48 streams only over gRPC; its OpenAI client (async only) records every SSE chunk anyway.
+    openai = ["-i", "http", "--async", "--service-kind", "openai", "--endpoint", "v1/completions"]
+    kind = ["-i", "grpc", "--streaming"] if service_kind == "triton" else openai
     return [
-        find_perf_analyzer(), "-m", model, "-u", host_port(url), "-i", "grpc", "--streaming",
+        find_perf_analyzer(), "-m", model, "-u", host_port(url), *kind,
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--request-count", str(load.requests(concurrency)),
         "--input-data", str(data_file), "--profile-export-file", str(export),

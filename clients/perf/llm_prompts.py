@@ -100,3 +100,13 @@ def input_data(prompts: list[Prompt], output_tokens: int) -> dict[str, Any]:
     return {"data": [{"text_input": [p.text], "stream": [True], "sampling_parameters": [sampling],
                       "exclude_input_in_output": [True], "return_num_output_tokens": [True]}
                      for p in prompts]}  # fmt: skip
+
+
+def openai_input_data(prompts: list[Prompt], output_tokens: int, model: str) -> dict[str, Any]:
+    """The same requests for an OpenAI-compatible server (perf_analyzer ``--service-kind openai``,
+    ``v1/completions``): the rendered prompt as is, and a running token count in every chunk."""
+    return {"data": [{"payload": [{
+        "model": model, "prompt": p.text, "max_tokens": output_tokens, "ignore_eos": True,
+        "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }]} for p in prompts]}  # fmt: skip

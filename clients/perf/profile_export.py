@@ -74,8 +74,16 @@ def _experiment(raw: dict[str, Any]) -> Experiment:
             unanswered += 1
             continue
         outputs = entry.get("response_outputs") or [{} for _ in stamps]
-        tokens = tuple(response_tokens(out) for out in outputs)
-        requests.append(StreamedRequest(int(entry["timestamp"]), stamps, tokens))
+        if outputs and "response" in outputs[0]:  # an OpenAI-compatible server's SSE chunks
+            counted = sse_tokens([out.get("response", "") for out in outputs])
+        else:
+            counted = [response_tokens(out) for out in outputs]
+        # Responses without a token (a role-only first chunk, "[DONE]") are not token arrivals.
+        kept = [(t, n) for t, n in zip(stamps, counted, strict=False) if n > 0]
+        if not kept:
+            unanswered += 1
+            continue
+        requests.append(StreamedRequest(int(entry["timestamp"]), *map(tuple, zip(*kept, strict=True))))
     return Experiment(str(head["mode"]), float(head["value"]), tuple(requests), unanswered)
 
 
@@ -92,3 +100,25 @@ def response_tokens(output: dict[str, str]) -> int:
     if len(raw) == 4:
         return int(struct.unpack("<I", raw.encode("latin-1"))[0])
     return 1 if output.get("text_output", "") else 0
+
+
+def sse_tokens(chunks: list[str]) -> list[int]:
+    """Tokens per server-sent-events response: the change of ``usage.completion_tokens`` (vLLM's
+    ``continuous_usage_stats``), else one per chunk carrying text."""
+    counts, running = [], 0
+    for chunk in chunks:
+        n = 0
+        for line in chunk.splitlines():
+            body = line.removeprefix("data:").strip()
+            if not line.startswith("data:") or body == "[DONE]" or not body:
+                continue
+            event = json.loads(body)
+            usage = event.get("usage") or {}
+            if "completion_tokens" in usage:
+                n += int(usage["completion_tokens"]) - running
+                running = int(usage["completion_tokens"])
+            else:
+                choice = (event.get("choices") or [{}])[0]
+                n += 1 if (choice.get("text") or (choice.get("delta") or {}).get("content")) else 0
+        counts.append(n)
+    return counts

@@ -222,3 +222,18 @@ def test_the_llm_mode_against_the_real_server(llm_server, tmp_path: Path) -> Non
     for request in profile_export.load(export)[0].requests:
         assert request.ttft_s <= request.latency_s and len(request.response_ns) == 8
     assert all(Path(f).is_file() for f in report.files.values())
+
+
+def test_an_openai_servers_chunks_count_tokens_from_its_usage() -> None:
+    """``fixtures/llm_profile_export_openai.json``: vLLM's own server, ``v1/completions``, 8 tokens;
+    its last two chunks (usage only, ``[DONE]``) carry no token and are not arrivals."""
+    (experiment,) = profile_export.load(FIXTURES / "llm_profile_export_openai.json")
+    raw = json.loads((FIXTURES / "llm_profile_export_openai.json").read_text())["experiments"][0]["requests"]
+    for request, entry in zip(experiment.requests, raw, strict=True):
+        assert len(entry["response_timestamps"]) == 10
+        assert request.tokens == (1,) * 8
+        assert list(request.response_ns) == entry["response_timestamps"][:8]
+    assert profile_export.sse_tokens(['data: {"choices": [{"text": " a"}]}\n\n', "data: [DONE]\n\n"]) == [
+        1,
+        0,
+    ]
