@@ -100,7 +100,9 @@ def _measure(
     export.unlink(missing_ok=True)
     before = llm_metrics.scrape(metrics_url, model) if metrics_url else None
     run(command(url, model, concurrency, load, data_file, export, service_kind), load.timeout_s)
-    server = llm_metrics.server_stats(before, llm_metrics.scrape(metrics_url, model)) if before else None
+    server = None
+    if metrics_url and before:
+        server = llm_metrics.server_stats(before, llm_metrics.scrape(metrics_url, model))
     experiments = profile_export.load(export)
     if len(experiments) != 1:
         raise PerfError(f"{export}: expected one experiment, found {len(experiments)}")

@@ -36,19 +36,24 @@ def load_chats(path: Path) -> list[Chat]:
     chats = []
     for i, entry in enumerate(raw):
         messages = entry.get("messages") if isinstance(entry, dict) else None
-        ok = (
-            isinstance(messages, list)
-            and messages
-            and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        )
-        if not ok or messages[-1]["role"] != "user":
+        if not _is_chat(messages):
             raise PerfError(f"{path}: entry {i}: messages must be a list of {{role, content}} ending "
                             "with a user message")  # fmt: skip
+        assert isinstance(messages, list)
         chats.append([dict(m) for m in messages])
     return chats
+
+
+def _is_chat(messages: Any) -> bool:
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        )
+        and messages[-1]["role"] == "user"
+    )
 
 
 def shape(chats: list[Chat], tokenizer_dir: Path | None, input_tokens: int | None) -> list[Prompt]:
