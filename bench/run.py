@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, Options, Row, machine, save
 
-BENCHMARKS = ["serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "build_time"]
+BENCHMARKS = ["serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "build_time", "llm"]
 
 
 def header(info: dict[str, Any]) -> str:

@@ -237,3 +237,44 @@ def test_an_openai_servers_chunks_count_tokens_from_its_usage() -> None:
         1,
         0,
     ]
+
+
+@pytest.mark.integration
+def test_tritonforge_perf_on_an_llm_gates_against_a_baseline(llm_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``tritonforge perf smollm2``: told an LLM from the server's config, prompts from
+    ``calibration/smollm2/perf.json`` beside the spec, then ``--baseline`` passes on itself and fails
+    against a baseline 10x faster."""
+    from builder.cli import main
+
+    common = ["perf", "smollm2", "--url", llm_server.grpc_url, "--protocol", "grpc",
+              "--metrics-url", llm_server.metrics_url, "--spec", str(ROOT / "models.yaml"),
+              "--concurrency", "2", "--output-tokens", "4", "--requests-per-user", "2"]  # fmt: skip
+    assert main([*common, "--out", str(tmp_path / "a")]) == 0
+    report = json.loads((tmp_path / "a" / "smollm2.json").read_text())
+    assert report["kind"] == "llm" and report["points"][0]["client"]["tokens_per_request_max"] == 4
+    assert report["settings"]["prompts"] == len(load_chats(ROOT / "calibration" / "smollm2" / "perf.json"))
+    loose = ["--max-throughput-drop", "0.95", "--max-p99-rise", "20"]
+    assert (
+        main(
+            [
+                *common,
+                "--out",
+                str(tmp_path / "b"),
+                "--baseline",
+                str(tmp_path / "a" / "smollm2.json"),
+                *loose,
+            ]
+        )
+        == 0
+    )
+    report["points"][0]["client"]["output_tokens_per_s"] *= 100
+    faster = tmp_path / "faster.json"
+    faster.write_text(json.dumps(report))
+    assert main([*common, "--out", str(tmp_path / "c"), "--baseline", str(faster), *loose]) == 1
+
+
+def test_the_llm_prompts_are_found_beside_the_spec(tmp_path: Path) -> None:
+    from builder.cli.perf import llm_prompts_file
+
+    assert llm_prompts_file(ROOT / "models.yaml", "smollm2") == ROOT / "calibration" / "smollm2" / "perf.json"
+    assert llm_prompts_file(tmp_path / "models.yaml", "smollm2") is None
