@@ -37,9 +37,12 @@ RESULTS = ROOT / "bench" / "results"
 WORK = RESULTS / "work" / "llm"
 MODEL = "smollm2"
 NEW_TOKENS = 64
-ENGINE = {"dtype": "bfloat16", "max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0,
-          "enable_prefix_caching": True, "enforce_eager": True, "seed": 0}  # fmt: skip
+ENGINE: dict[str, Any] = {
+    "dtype": "bfloat16", "max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0,
+    "enable_prefix_caching": True, "enforce_eager": True, "seed": 0,
+}  # fmt: skip
 LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(1, 16), requests_per_user=2, min_requests=6)
+PREFIX_LOAD = LLMLoad(output_tokens=8, concurrency=(1,), requests_per_user=10, min_requests=10)
 NAIVE_LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(16,), requests_per_user=1, min_requests=16)
 START_TIMEOUT = 900
 KEYS = ("benchmark", "measured", "target", "met")
@@ -53,18 +56,19 @@ def cpu_flags() -> list[str]:
 
 
 @contextlib.contextmanager
-def triton(checkpoint: Path, naive: bool = False) -> Iterator[Any]:
-    """tritonserver with the ``vllm_engine`` model (or the naive one) named ``smollm2``."""
+def triton(checkpoint: Path, naive: bool = False, **overrides: Any) -> Iterator[Any]:
+    """tritonserver with the ``vllm_engine`` model (or the naive one) named ``smollm2``;
+    ``overrides``: engine settings changed from ``ENGINE``."""
     from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
 
     from builder.server import TritonServer
 
-    root = WORK / ("naive" if naive else "triton")
+    root = WORK / ("naive" if naive else "triton") / "_".join(f"{k}-{v}" for k, v in overrides.items())
     repo = root / "repo"
     if naive:
         write_naive_model(repo / MODEL, checkpoint)
     else:
-        engine = EngineArgs(model=str(checkpoint.resolve()), **ENGINE)  # type: ignore[arg-type]
+        engine = EngineArgs(model=str(checkpoint.resolve()), **{**ENGINE, **overrides})
         write_local_model(repo / MODEL, engine, ServingSettings(max_waiting=64))
     server = TritonServer(repo, log_path=root / "server.log")
     server.start(timeout=START_TIMEOUT)
@@ -134,16 +138,41 @@ def vllm_openai(checkpoint: Path) -> Iterator[str]:
         log.close()
 
 
+def shared_prefix_chats(chats: list[Any]) -> list[Any]:
+    """Every chat behind one long system prompt (~600 tokens of the prompt set's own text)."""
+    reference = "\n".join(f"- {chat[-1]['content']}" for chat in chats)
+    system = "You answer questions like these, briefly and accurately:\n" + reference + "\n" + reference
+    return [[{"role": "system", "content": system}, chat[-1]] for chat in chats]
+
+
+def prefix_caching(checkpoint: Path) -> dict[str, Any]:
+    """TTFT at concurrency 1 with the long shared system prompt, prefix caching on and off."""
+    chats = shared_prefix_chats(load_chats(ROOT / "calibration" / MODEL / "perf.json"))
+    prompts = shape(chats, checkpoint, None)[:10]
+    out: dict[str, Any] = {"prompt_tokens": [p.tokens for p in prompts]}
+    for on in (True, False):
+        with triton(checkpoint, enable_prefix_caching=on) as server:
+            folder = WORK / f"prefix_{'on' if on else 'off'}"
+            report = run_llm_perf(server.grpc_url, MODEL, prompts, PREFIX_LOAD, out_dir=folder,
+                                  metrics_url=server.metrics_url)  # fmt: skip
+        out["on" if on else "off"] = point(report, 1)
+    return out
+
+
 def point(report: LLMReport, concurrency: int) -> dict[str, Any]:
     p = next(p for p in report.points if p.concurrency == concurrency)
     return {**asdict(p.client), "server": asdict(p.server) if p.server else None}
 
 
-def measure(checkpoint: Path) -> dict[str, Any]:
+PARTS = ("sides", "prefix", "float32")
+
+
+def measure(checkpoint: Path, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    """``sides``: rows 1-4; ``prefix``: row 5; ``float32``: row 1 in float32."""
     prompts = shape(load_chats(ROOT / "calibration" / MODEL / "perf.json"), checkpoint, None)
     out: dict[str, Any] = {"prompts": len(prompts), "prompt_tokens": [p.tokens for p in prompts]}
     sides = [("triton", "triton"), ("vllm_openai", "openai"), ("naive", "naive")]
-    for name, kind in sides:
+    for name, kind in sides if "sides" in parts else []:
         start = time.monotonic()
         load = NAIVE_LOAD if kind == "naive" else LOAD
         if kind == "openai":
@@ -162,11 +191,26 @@ def measure(checkpoint: Path) -> dict[str, Any]:
             f"{name}: " + json.dumps({k: v for k, v in out[name].items() if not k.startswith("c")}),
             flush=True,
         )
+    if "prefix" in parts:
+        out["prefix_caching"] = prefix_caching(checkpoint)
+    if "float32" in parts:
+        out["triton_float32"] = float32_batching(checkpoint, prompts)
     return out
+
+
+def float32_batching(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
+    """Row 1 again in float32: without avx512_bf16 the CPU computes bf16 matrix products slowly,
+    which caps what batching 16 sequences gains; float32 shows whether that is the limit."""
+    with triton(checkpoint, dtype="float32") as server:
+        report = run_llm_perf(server.grpc_url, MODEL, prompts, LOAD, out_dir=WORK / "triton_float32",
+                              metrics_url=server.metrics_url)  # fmt: skip
+    return {f"c{c}": point(report, c) for c in LOAD.concurrency}
 
 
 def rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     """(benchmark, measured, target, met) from one run's figures."""
+    if not all(side in m for side in ("triton", "vllm_openai", "naive")):
+        return [*prefix_rows(m.get("prefix_caching")), *float32_rows(m.get("triton_float32"))]
     t1, t16 = m["triton"]["c1"], m["triton"]["c16"]
     v1, v16 = m["vllm_openai"]["c1"], m["vllm_openai"]["c16"]
     n16 = m["naive"]["c16"]
@@ -187,7 +231,26 @@ def rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         ("4. streaming: TTFT vs full response at c1 (Triton)",
          f"TTFT p50 {t1['ttft_ms_p50']:.0f} ms vs full {t1['latency_ms_p50']:.0f} ms "
          f"({t1['latency_ms_p50'] / t1['ttft_ms_p50']:.1f}x sooner)", "recorded", None),
+        *prefix_rows(m.get("prefix_caching")),
+        *float32_rows(m.get("triton_float32")),
     ]  # fmt: skip
+
+
+def float32_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
+    if not m:
+        return []
+    one, many = m["c1"]["output_tokens_per_s"], m["c16"]["output_tokens_per_s"]
+    return [("1b. continuous batching in float32 (Triton, c16 / c1)",
+             f"{many / one:.2f}x ({many:.0f} / {one:.0f} tokens/s)", "recorded", None)]  # fmt: skip
+
+
+def prefix_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
+    if not m:
+        return []
+    on, off = m["on"]["ttft_ms_p50"], m["off"]["ttft_ms_p50"]
+    tokens = sum(m["prompt_tokens"]) / len(m["prompt_tokens"])
+    return [(f"5. prefix caching: TTFT p50 at c1, ~{tokens:.0f}-token prompts sharing a system prompt",
+             f"on {on:.0f} ms / off {off:.0f} ms ({off / on:.2f}x)", "recorded", None)]  # fmt: skip
 
 
 def skipped() -> str | None:
@@ -242,12 +305,21 @@ def run(opts: Any) -> tuple[dict[str, Any], list[Any]]:
     return data, [Row(*r) for r in rows(m)]  # type: ignore[arg-type]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.llm [PART ...]`` (default all); a subset updates those parts of llm.json."""
+    parts = tuple(sys.argv[1:] if argv is None else argv) or PARTS
+    if set(parts) - set(PARTS):
+        print(f"parts: choose from {', '.join(PARTS)}", file=sys.stderr)
+        return 2
     reason = skipped()
     if reason:
         print(reason, file=sys.stderr)
         return 2
-    data = record(measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"])))
+    m = measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"]), parts)
+    earlier = RESULTS / "llm.json"
+    if set(parts) != set(PARTS) and earlier.is_file():
+        m = {**(json.loads(earlier.read_text()).get("results") or {}), **m}
+    data = record(m)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "llm.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     write_docs(data)
