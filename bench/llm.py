@@ -170,7 +170,9 @@ PARTS = ("sides", "prefix", "float32")
 def measure(checkpoint: Path, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     """``sides``: rows 1-4; ``prefix``: row 5; ``float32``: row 1 in float32."""
     prompts = shape(load_chats(ROOT / "calibration" / MODEL / "perf.json"), checkpoint, None)
-    out: dict[str, Any] = {"prompts": len(prompts), "prompt_tokens": [p.tokens for p in prompts]}
+    avg = [round(x, 2) for x in os.getloadavg()]
+    out: dict[str, Any] = {"prompts": len(prompts), "prompt_tokens": [p.tokens for p in prompts],
+                           f"load_avg_before_{'_'.join(parts)}": avg}  # fmt: skip
     sides = [("triton", "triton"), ("vllm_openai", "openai"), ("naive", "naive")]
     for name, kind in sides if "sides" in parts else []:
         start = time.monotonic()
@@ -264,7 +266,7 @@ def skipped() -> str | None:
 
 def record(m: dict[str, Any] | None, reason: str | None = None) -> dict[str, Any]:
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu_flags": cpu_flags(),
-            "cores": os.cpu_count(), "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+            "cores": os.cpu_count(),
             "engine": ENGINE, "new_tokens": NEW_TOKENS, "ignore_eos": True, "skipped": reason,
             "rows": [dict(zip(KEYS, r, strict=True)) for r in rows(m)] if m else [],
             "results": m}  # fmt: skip
@@ -277,10 +279,13 @@ def write_docs(data: dict[str, Any]) -> None:
     if DOC_START not in text or DOC_END not in text:
         raise RuntimeError(f"{doc}: the LLM section's markers {DOC_START} / {DOC_END} are missing")
     m = data["results"] or {}
-    loads = {k: v.get("load_avg_after") for k, v in m.items() if isinstance(v, dict)}
+    loads = {
+        k: v.get("load_avg_after") for k, v in m.items() if isinstance(v, dict) and "load_avg_after" in v
+    }
+    before = {k.removeprefix("load_avg_before_"): v for k, v in m.items() if k.startswith("load_avg_before")}
     lines = [
         f"{data['date']}, {data['cores']} cores, CPU flags {', '.join(data['cpu_flags']) or 'none'}; load "
-        f"average {' / '.join(str(x) for x in data['load_avg_start'])} at start, after each side {loads}.",
+        f"average before {before}, after each side {loads}.",
         "",
         "| benchmark | measured | target | met? |",
         "|---|---|---|---|",
