@@ -26,6 +26,7 @@ BENCHMARKS = [
     "vs_per_request",
     "queue_bound",
     "build_time",
+    "llm",
 ]
 
 

@@ -4,11 +4,14 @@ Shapes: every dynamic input gets the first profile's opt shape (ensembles follow
 steps to the core model). Data: a STRING input is fed the core model's calibration
 files (real images or sentences), a core model with dynamic inputs its calibration
 samples; static numeric models get perf_analyzer's random data (the compute is the same).
+An LLM (decoupled, a ``text_input`` string input, as the server's config says) is measured in the
+streaming LLM mode with the prompts of ``calibration/<model>/perf.json`` beside the spec.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from builder.spec import Spec, load_spec
 from clients.perf.cli import add_arguments
 from clients.perf.cli import run as run_sweep
 from clients.perf.errors import PerfError
+
+CHECKPOINT_ENV = "TRITONFORGE_LLM_CHECKPOINT"  # the LLM's folder (tokenizer) until the spec names it
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -29,6 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prompts is None:
+        args.prompts = llm_prompts_file(args.spec, args.model)
+    if args.checkpoint is None and os.environ.get(CHECKPOINT_ENV):
+        args.checkpoint = Path(os.environ[CHECKPOINT_ENV])
     spec = _maybe_spec(args.spec)
     entry = find_entry(spec, args.model) if spec else None
     shapes = spec_shapes(spec, entry) if spec and entry else {}
@@ -41,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
     except PerfError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def llm_prompts_file(spec_file: Path, model: str) -> Path | None:
+    """``calibration/<model>/perf.json`` beside the spec, where the LLM's load prompts live."""
+    path = spec_file.parent / "calibration" / model / "perf.json"
+    return path if path.is_file() else None
 
 
 def _maybe_spec(path: Path) -> Spec | None:

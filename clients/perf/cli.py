@@ -6,9 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from clients.perf import llm_prompts, llm_report
 from clients.perf.api import run_perf
 from clients.perf.baseline import Margins, check
 from clients.perf.errors import PerfError
+from clients.perf.inputs import served_model
+from clients.perf.llm import DEFAULT_CONCURRENCY, LLMLoad, run_llm_perf
 from clients.perf.report import markdown
 from clients.perf.runner import Measurement
 
@@ -44,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-metrics", action="store_true", help="do not scrape the server's metrics")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int_list, default=[1, 2, 4], help="sweep, e.g. 1,2,4,8")
+    load.add_argument(
+        "--concurrency",
+        type=int_list,
+        default=None,
+        help="sweep, e.g. 1,2,4,8 (default 1,2,4; an LLM 1,4,16)",
+    )
     load.add_argument("--request-rate", type=float_list, default=None, help="sweep, e.g. 50,100,200")
     p.add_argument(
         "--shape",
@@ -68,6 +76,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-throughput-drop", type=float, default=0.10, help="fraction, default 0.10")
     p.add_argument("--max-p99-rise", type=float, default=0.20, help="fraction, default 0.20")  # fmt: skip
+    llm = p.add_argument_group("LLM mode (a decoupled model with a text_input string input)")
+    llm.add_argument(
+        "--grpc-url", default=None, help="gRPC address for the streaming load (default: port 8001)"
+    )
+    llm.add_argument("--prompts", type=Path, default=None, help='JSON list of {"messages": [...]}')
+    llm.add_argument("--checkpoint", type=Path, default=None, help="the LLM's folder (its tokenizer)")
+    llm.add_argument("--output-tokens", type=int, default=64, help="new tokens per request (ignore_eos)")
+    llm.add_argument("--input-tokens", type=int, default=None, help="trim/pad prompts to this many tokens")
+    llm.add_argument("--requests-per-user", type=int, default=4, help="requests per concurrent stream")
 
 
 def default_metrics_url(url: str) -> str:
@@ -77,6 +94,9 @@ def default_metrics_url(url: str) -> str:
 
 def run(args: argparse.Namespace, shapes: dict[str, list[int]], input_data: Path | None) -> int:
     """Sweep, print the Markdown table, then apply the baseline gate (exit 1 on regression)."""
+    if served_model(args.url, args.model, args.protocol).is_llm:
+        return run_llm(args)
+    args.concurrency = args.concurrency or [1, 2, 4]
     settings = Measurement(
         request_count=args.request_count, stability_percentage=args.stability_percentage,
         max_trials=args.max_trials, batch_size=args.batch_size, protocol=args.protocol,
@@ -91,10 +111,41 @@ def run(args: argparse.Namespace, shapes: dict[str, list[int]], input_data: Path
     if args.baseline is None:
         return 0
     problems = check(report, args.baseline, Margins(args.max_throughput_drop, args.max_p99_rise))
+    return gate(problems, args.baseline)
+
+
+def run_llm(args: argparse.Namespace) -> int:
+    """The LLM mode: streaming sweep over gRPC, Markdown table, the same baseline gate."""
+    if args.prompts is None:
+        raise PerfError(
+            f"model '{args.model}' is an LLM: give --prompts (a JSON list of {{\"messages\": [...]}})"
+        )
+    if args.request_rate:
+        raise PerfError("the LLM mode sweeps concurrency; --request-rate is not supported")
+    prompts = llm_prompts.shape(llm_prompts.load_chats(args.prompts), args.checkpoint, args.input_tokens)
+    concurrency = tuple(args.concurrency or DEFAULT_CONCURRENCY)
+    load = LLMLoad(args.output_tokens, concurrency, requests_per_user=args.requests_per_user)
+    metrics_url = None if args.no_metrics else (args.metrics_url or default_metrics_url(args.url))
+    grpc_url = args.grpc_url or (args.url if args.protocol == "grpc" else default_grpc_url(args.url))
+    report = run_llm_perf(grpc_url, args.model, prompts, load, out_dir=args.out, metrics_url=metrics_url)
+    print(llm_report.markdown(report))
+    print("wrote " + ", ".join(report.files.values()))
+    if args.baseline is None:
+        return 0
+    margins = Margins(args.max_throughput_drop, args.max_p99_rise)
+    return gate(llm_report.check(report, args.baseline, margins), args.baseline)
+
+
+def default_grpc_url(url: str) -> str:
+    host = url.split("://", 1)[-1].rsplit(":", 1)[0]
+    return f"{host}:8001"
+
+
+def gate(problems: list[str], baseline: Path) -> int:
     for line in problems:
         print(f"REGRESSION {line}", file=sys.stderr)
     if not problems:
-        print(f"no regression against {args.baseline}")
+        print(f"no regression against {baseline}")
     return 1 if problems else 0
 
 

@@ -34,6 +34,12 @@ class ServedModel:
     name: str
     max_batch_size: int
     inputs: list[ServedInput]
+    decoupled: bool = False
+
+    @property
+    def is_llm(self) -> bool:
+        """Served like Triton's vLLM backend: decoupled, with a ``text_input`` string input."""
+        return self.decoupled and any(t.name == "text_input" and t.datatype == "STRING" for t in self.inputs)
 
 
 def served_model(url: str, model: str, protocol: str = "http") -> ServedModel:
@@ -63,7 +69,8 @@ def _from_config(model: str, config: Mapping[str, Any]) -> ServedModel:
         )
         for t in config.get("input", [])
     ]
-    return ServedModel(model, int(config.get("max_batch_size", 0)), inputs)
+    decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+    return ServedModel(model, int(config.get("max_batch_size", 0)), inputs, decoupled)
 
 
 def resolve_shapes(

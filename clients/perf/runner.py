@@ -29,7 +29,13 @@ class Measurement:
 
 
 def find_perf_analyzer() -> str:
-    """The project's wrapper beside the running interpreter first, then PATH."""
+    """``$PERF_ANALYZER``, the project's wrapper beside the running interpreter, then PATH
+    (an interpreter of its own, such as the LLM environment's, names the project's with the variable)."""
+    named = os.environ.get("PERF_ANALYZER")
+    if named:
+        if not os.access(named, os.X_OK):
+            raise PerfError(f"PERF_ANALYZER={named} is not an executable file")
+        return named
     beside = Path(sys.executable).parent / "perf_analyzer"
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)

@@ -1,0 +1,336 @@
+"""LLM serving measured side by side in one run, same machine, prompts and output length
+(64 new tokens, ``ignore_eos``, greedy), every side loaded by perf_analyzer's streaming mode
+through the perf wrapper's LLM mode:
+
+1. continuous batching: output tokens/s at concurrency 16 over concurrency 1, through Triton;
+2. against vLLM's own OpenAI-compatible server on the same checkpoint and engine settings;
+3. against the naive server: ``bench/naive_llm/model.py``, transformers ``generate`` one request
+   at a time in a Python-backend model;
+4. streaming: time to first token against the full-response latency at concurrency 1.
+
+    TRITONFORGE_LLM_CHECKPOINT=/path/to/checkpoint python -m bench.llm
+
+Needs vLLM in the running interpreter and the checkpoint; writes ``bench/results/llm.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from clients.perf.llm import LLMLoad, run_llm_perf
+from clients.perf.llm_prompts import load_chats, shape
+from clients.perf.llm_report import LLMReport
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WORK = RESULTS / "work" / "llm"
+MODEL = "smollm2"
+NEW_TOKENS = 64
+ENGINE: dict[str, Any] = {
+    "dtype": "bfloat16", "max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0,
+    "enable_prefix_caching": True, "enforce_eager": True, "seed": 0,
+}  # fmt: skip
+LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(1, 16), requests_per_user=2, min_requests=6)
+PREFIX_LOAD = LLMLoad(output_tokens=8, concurrency=(1,), requests_per_user=10, min_requests=10)
+NAIVE_LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(16,), requests_per_user=1, min_requests=16)
+START_TIMEOUT = 900
+KEYS = ("benchmark", "measured", "target", "met")
+DOC_START, DOC_END = "<!-- bench.llm:start -->", "<!-- bench.llm:end -->"
+
+
+def cpu_flags() -> list[str]:
+    text = Path("/proc/cpuinfo").read_text()
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
+
+
+@contextlib.contextmanager
+def triton(checkpoint: Path, naive: bool = False, **overrides: Any) -> Iterator[Any]:
+    """tritonserver with the ``vllm_engine`` model (or the naive one) named ``smollm2``;
+    ``overrides``: engine settings changed from ``ENGINE``."""
+    from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+    from builder.server import TritonServer
+
+    root = WORK / ("naive" if naive else "triton") / "_".join(f"{k}-{v}" for k, v in overrides.items())
+    repo = root / "repo"
+    if naive:
+        write_naive_model(repo / MODEL, checkpoint)
+    else:
+        engine = EngineArgs(model=str(checkpoint.resolve()), **{**ENGINE, **overrides})
+        write_local_model(repo / MODEL, engine, ServingSettings(max_waiting=64))
+    server = TritonServer(repo, log_path=root / "server.log")
+    server.start(timeout=START_TIMEOUT)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def write_naive_model(model_dir: Path, checkpoint: Path) -> None:
+    import shutil
+
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / "bench" / "naive_llm" / "model.py", model_dir / "1" / "model.py")
+    group = mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    cfg = mc.ModelConfig(name=MODEL, backend="python", max_batch_size=0, instance_group=[group])
+    string, boolean = mc.DataType.Value("TYPE_STRING"), mc.DataType.Value("TYPE_BOOL")
+    inputs = [("text_input", string), ("sampling_parameters", string), ("stream", boolean),
+              ("exclude_input_in_output", boolean), ("return_num_output_tokens", boolean)]  # fmt: skip
+    for name, dtype in inputs:
+        cfg.input.append(mc.ModelInput(name=name, data_type=dtype, dims=[1], optional=True))
+    cfg.output.append(mc.ModelOutput(name="text_output", data_type=string, dims=[-1]))
+    cfg.output.append(
+        mc.ModelOutput(name="num_output_tokens", data_type=mc.DataType.Value("TYPE_UINT32"), dims=[1])
+    )
+    cfg.parameters["checkpoint"].string_value = str(checkpoint.resolve())
+    cfg.parameters["dtype"].string_value = str(ENGINE["dtype"])
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+
+
+@contextlib.contextmanager
+def vllm_openai(checkpoint: Path) -> Iterator[str]:
+    """``python -m vllm.entrypoints.openai.api_server`` with the engine settings Triton's model gets."""
+    from builder.server import find_free_port
+
+    port = find_free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
+           "--served-model-name", MODEL, "--dtype", str(ENGINE["dtype"]),
+           "--max-model-len", str(ENGINE["max_model_len"]), "--max-num-seqs", str(ENGINE["max_num_seqs"]),
+           "--kv-cache-memory-bytes", str(int(float(ENGINE["kv_cache_space_gib"]) * 2**30)),
+           "--enable-prefix-caching", "--enforce-eager", "--seed", "0",
+           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    WORK.mkdir(parents=True, exist_ok=True)
+    log = (WORK / "vllm_openai.log").open("w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited; see {WORK / 'vllm_openai.log'}")
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                    break
+            time.sleep(2)
+        else:
+            raise RuntimeError("vLLM's server did not become healthy")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def shared_prefix_chats(chats: list[Any]) -> list[Any]:
+    """Every chat behind one long system prompt (~600 tokens of the prompt set's own text)."""
+    reference = "\n".join(f"- {chat[-1]['content']}" for chat in chats)
+    system = "You answer questions like these, briefly and accurately:\n" + reference + "\n" + reference
+    return [[{"role": "system", "content": system}, chat[-1]] for chat in chats]
+
+
+def prefix_caching(checkpoint: Path) -> dict[str, Any]:
+    """TTFT at concurrency 1 with the long shared system prompt, prefix caching on and off."""
+    chats = shared_prefix_chats(load_chats(ROOT / "calibration" / MODEL / "perf.json"))
+    prompts = shape(chats, checkpoint, None)[:10]
+    out: dict[str, Any] = {"prompt_tokens": [p.tokens for p in prompts]}
+    for on in (True, False):
+        with triton(checkpoint, enable_prefix_caching=on) as server:
+            folder = WORK / f"prefix_{'on' if on else 'off'}"
+            report = run_llm_perf(server.grpc_url, MODEL, prompts, PREFIX_LOAD, out_dir=folder,
+                                  metrics_url=server.metrics_url)  # fmt: skip
+        out["on" if on else "off"] = point(report, 1)
+    return out
+
+
+def point(report: LLMReport, concurrency: int) -> dict[str, Any]:
+    p = next(p for p in report.points if p.concurrency == concurrency)
+    return {**asdict(p.client), "server": asdict(p.server) if p.server else None}
+
+
+PARTS = ("sides", "prefix", "float32")
+
+
+def measure(checkpoint: Path, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    """``sides``: rows 1-4; ``prefix``: row 5; ``float32``: row 1 in float32."""
+    prompts = shape(load_chats(ROOT / "calibration" / MODEL / "perf.json"), checkpoint, None)
+    avg = [round(x, 2) for x in os.getloadavg()]
+    out: dict[str, Any] = {"prompts": len(prompts), "prompt_tokens": [p.tokens for p in prompts],
+                           f"load_avg_before_{'_'.join(parts)}": avg}  # fmt: skip
+    sides = [("triton", "triton"), ("vllm_openai", "openai"), ("naive", "naive")]
+    for name, kind in sides if "sides" in parts else []:
+        start = time.monotonic()
+        load = NAIVE_LOAD if kind == "naive" else LOAD
+        if kind == "openai":
+            with vllm_openai(checkpoint) as url:
+                started = time.monotonic() - start
+                report = run_llm_perf(url, MODEL, prompts, load, out_dir=WORK / name, service_kind="openai")
+        else:
+            with triton(checkpoint, naive=kind == "naive") as server:
+                started = time.monotonic() - start
+                metrics = None if kind == "naive" else server.metrics_url
+                report = run_llm_perf(server.grpc_url, MODEL, prompts, load, out_dir=WORK / name,
+                                      metrics_url=metrics)  # fmt: skip
+        out[name] = {"start_s": round(started, 1), "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+                     **{f"c{c}": point(report, c) for c in load.concurrency}}  # fmt: skip
+        print(
+            f"{name}: " + json.dumps({k: v for k, v in out[name].items() if not k.startswith("c")}),
+            flush=True,
+        )
+    if "prefix" in parts:
+        out["prefix_caching"] = prefix_caching(checkpoint)
+    if "float32" in parts:
+        out["triton_float32"] = float32_batching(checkpoint, prompts)
+    return out
+
+
+def float32_batching(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
+    """Row 1 again in float32: without avx512_bf16 the CPU computes bf16 matrix products slowly,
+    which caps what batching 16 sequences gains; float32 shows whether that is the limit."""
+    with triton(checkpoint, dtype="float32") as server:
+        report = run_llm_perf(server.grpc_url, MODEL, prompts, LOAD, out_dir=WORK / "triton_float32",
+                              metrics_url=server.metrics_url)  # fmt: skip
+    return {f"c{c}": point(report, c) for c in LOAD.concurrency}
+
+
+def rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(benchmark, measured, target, met) from one run's figures."""
+    if not all(side in m for side in ("triton", "vllm_openai", "naive")):
+        return [*prefix_rows(m.get("prefix_caching")), *float32_rows(m.get("triton_float32"))]
+    t1, t16 = m["triton"]["c1"], m["triton"]["c16"]
+    v1, v16 = m["vllm_openai"]["c1"], m["vllm_openai"]["c16"]
+    n16 = m["naive"]["c16"]
+    gain = t16["output_tokens_per_s"] / t1["output_tokens_per_s"]
+    vs_tps = t16["output_tokens_per_s"] / v16["output_tokens_per_s"]
+    vs_ttft = t1["ttft_ms_p50"] / v1["ttft_ms_p50"]
+    vs_naive = t16["output_tokens_per_s"] / n16["output_tokens_per_s"]
+    tps = "output_tokens_per_s"
+    return [
+        ("1. continuous batching (Triton, c16 / c1)",
+         f"{gain:.2f}x ({t16[tps]:.0f} / {t1[tps]:.0f} tokens/s)", ">= 5x", gain >= 5),
+        ("2. vs vLLM's own server: tokens/s at c16",
+         f"{vs_tps:.2f}x ({t16[tps]:.0f} / {v16[tps]:.0f} tokens/s)", ">= 0.95x", vs_tps >= 0.95),
+        ("2. vs vLLM's own server: TTFT p50 at c1",
+         f"{vs_ttft:.2f}x ({t1['ttft_ms_p50']:.0f} / {v1['ttft_ms_p50']:.0f} ms)", "<= 1.1x", vs_ttft <= 1.1),
+        ("3. vs naive transformers server: tokens/s at c16",
+         f"{vs_naive:.2f}x ({t16[tps]:.0f} / {n16[tps]:.1f} tokens/s)", ">= 5x", vs_naive >= 5),
+        ("4. streaming: TTFT vs full response at c1 (Triton)",
+         f"TTFT p50 {t1['ttft_ms_p50']:.0f} ms vs full {t1['latency_ms_p50']:.0f} ms "
+         f"({t1['latency_ms_p50'] / t1['ttft_ms_p50']:.1f}x sooner)", "recorded", None),
+        *prefix_rows(m.get("prefix_caching")),
+        *float32_rows(m.get("triton_float32")),
+    ]  # fmt: skip
+
+
+def float32_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
+    if not m:
+        return []
+    one, many = m["c1"]["output_tokens_per_s"], m["c16"]["output_tokens_per_s"]
+    return [("1b. continuous batching in float32 (Triton, c16 / c1)",
+             f"{many / one:.2f}x ({many:.0f} / {one:.0f} tokens/s)", "recorded", None)]  # fmt: skip
+
+
+def prefix_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
+    if not m:
+        return []
+    on, off = m["on"]["ttft_ms_p50"], m["off"]["ttft_ms_p50"]
+    tokens = sum(m["prompt_tokens"]) / len(m["prompt_tokens"])
+    return [(f"5. prefix caching: TTFT p50 at c1, ~{tokens:.0f}-token prompts sharing a system prompt",
+             f"on {on:.0f} ms / off {off:.0f} ms ({off / on:.2f}x)", "recorded", None)]  # fmt: skip
+
+
+def skipped() -> str | None:
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not importable in this interpreter"
+    folder = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
+    if not folder or not (Path(folder) / "config.json").is_file():
+        return "set TRITONFORGE_LLM_CHECKPOINT to the LLM checkpoint folder"
+    return None
+
+
+def record(m: dict[str, Any] | None, reason: str | None = None) -> dict[str, Any]:
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu_flags": cpu_flags(),
+            "cores": os.cpu_count(),
+            "engine": ENGINE, "new_tokens": NEW_TOKENS, "ignore_eos": True, "skipped": reason,
+            "rows": [dict(zip(KEYS, r, strict=True)) for r in rows(m)] if m else [],
+            "results": m}  # fmt: skip
+
+
+def write_docs(data: dict[str, Any]) -> None:
+    """The table between the LLM section's markers in docs/bench.md."""
+    doc = ROOT / "docs" / "bench.md"
+    text = doc.read_text()
+    if DOC_START not in text or DOC_END not in text:
+        raise RuntimeError(f"{doc}: the LLM section's markers {DOC_START} / {DOC_END} are missing")
+    m = data["results"] or {}
+    loads = {
+        k: v.get("load_avg_after") for k, v in m.items() if isinstance(v, dict) and "load_avg_after" in v
+    }
+    before = {k.removeprefix("load_avg_before_"): v for k, v in m.items() if k.startswith("load_avg_before")}
+    lines = [
+        f"{data['date']}, {data['cores']} cores, CPU flags {', '.join(data['cpu_flags']) or 'none'}; load "
+        f"average before {before}, after each side {loads}.",
+        "",
+        "| benchmark | measured | target | met? |",
+        "|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {r['benchmark']} | {r['measured']} | {r['target']} | {met} |")
+    head, rest = text.split(DOC_START, 1)
+    doc.write_text(head + DOC_START + "\n" + "\n".join(lines) + "\n" + DOC_END + rest.split(DOC_END, 1)[1])
+
+
+def run(opts: Any) -> tuple[dict[str, Any], list[Any]]:
+    """bench.run's entry: the figures and the summary rows (one 'skipped' row without vLLM)."""
+    from bench.common import Row
+
+    reason = skipped()
+    m = None if reason else measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"]))
+    data = record(m, reason)
+    if reason:
+        return data, [Row("LLM serving", f"skipped: {reason}", "-", None)]
+    write_docs(data)
+    return data, [Row(*r) for r in rows(m)]  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.llm [PART ...]`` (default all); a subset updates those parts of llm.json."""
+    parts = tuple(sys.argv[1:] if argv is None else argv) or PARTS
+    if set(parts) - set(PARTS):
+        print(f"parts: choose from {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    reason = skipped()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 2
+    m = measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"]), parts)
+    earlier = RESULTS / "llm.json"
+    if set(parts) != set(PARTS) and earlier.is_file():
+        m = {**(json.loads(earlier.read_text()).get("results") or {}), **m}
+    data = record(m)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "llm.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    write_docs(data)
+    for r in data["rows"]:
+        print(" | ".join(str(v) for v in r.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
