@@ -15,13 +15,17 @@ import os
 import sys
 from pathlib import Path
 
+from builder.cache import StageCache
+from builder.cli.build import stderr_line
+from builder.llm.build import build_llm
 from builder.perf_inputs import find_entry, real_input_data, spec_shapes
+from builder.records import BuildContext
 from builder.spec import Spec, load_spec
 from clients.perf.cli import add_arguments
 from clients.perf.cli import run as run_sweep
 from clients.perf.errors import PerfError
 
-CHECKPOINT_ENV = "TRITONFORGE_LLM_CHECKPOINT"  # the LLM's folder (tokenizer) until the spec names it
+CHECKPOINT_ENV = "TRITONFORGE_LLM_CHECKPOINT"  # an LLM's folder (tokenizer) when no spec names it
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -36,9 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     if args.prompts is None:
         args.prompts = llm_prompts_file(args.spec, args.model)
-    if args.checkpoint is None and os.environ.get(CHECKPOINT_ENV):
-        args.checkpoint = Path(os.environ[CHECKPOINT_ENV])
     spec = _maybe_spec(args.spec)
+    if args.checkpoint is None:
+        args.checkpoint = llm_checkpoint(spec, args.spec, args.model)
     entry = find_entry(spec, args.model) if spec else None
     shapes = spec_shapes(spec, entry) if spec and entry else {}
     shapes.update(dict(args.shape))  # --shape wins over the spec
@@ -50,6 +54,16 @@ def run(args: argparse.Namespace) -> int:
     except PerfError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def llm_checkpoint(spec: Spec | None, spec_file: Path, model: str) -> Path | None:
+    """The checkpoint (its tokenizer renders the prompts) of the spec's LLM of that name, as the
+    build made it (from the stage cache), else the folder TRITONFORGE_LLM_CHECKPOINT names."""
+    llm = next((m for m in spec.llms if m.name == model), None) if spec else None
+    if spec is None or llm is None:
+        return Path(os.environ[CHECKPOINT_ENV]) if os.environ.get(CHECKPOINT_ENV) else None
+    cache = StageCache(spec_file.parent / ".tritonforge" / "cache", stderr_line)
+    return build_llm(llm, BuildContext(spec, spec_file, spec_file.parent, cache, stderr_line)).checkpoint
 
 
 def llm_prompts_file(spec_file: Path, model: str) -> Path | None:
