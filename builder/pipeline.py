@@ -78,7 +78,9 @@ def build(opts: BuildOptions) -> BuildResult:
 
 
 def _cache(opts: BuildOptions) -> StageCache:
-    return StageCache(opts.cache_dir or opts.spec_file.parent / ".tritonforge" / "cache", opts.log)
+    # Absolute: stages hand paths under it to child processes that run elsewhere (vLLM, TensorRT).
+    root = opts.cache_dir or opts.spec_file.parent / ".tritonforge" / "cache"
+    return StageCache(root.resolve(), opts.log)
 
 
 def _check_before_stages(ctx: BuildContext) -> None:

@@ -121,5 +121,5 @@ def _verify(spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: P
     from builder.llm.verify import verify_llm  # imports transformers
 
     conversations = load_conversations(prompts, model=spec.name)
-    report = verify_llm(spec, checkpoint, source, conversations, work=out)
+    report = verify_llm(spec, checkpoint, source, conversations, work=out.resolve())
     return dict(report.to_json())

@@ -67,6 +67,7 @@ def verify_llm(
     work: Path,
 ) -> LLMVerification:
     """Run the engine (a child process; its output goes to ``work/vllm.log``) and the source."""
+    work = work.resolve()  # the engine's process runs in it
     ev = spec.evaluation
     tolerance = ev.tolerances[spec.dtype]
     prompts = render_prompts(checkpoint, conversations[: ev.count])

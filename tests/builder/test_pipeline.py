@@ -70,3 +70,12 @@ def test_every_passing_variant_is_published(tiny_project: Path) -> None:
     others = {f"tiny_{p.value}" for p in (Precision.FP32, Precision.FP16, Precision.INT8) if p is not served}
     assert published == {"tiny"} | others
     assert (repo / "tiny" / "1" / "model.py").is_file()
+
+
+def test_the_stage_cache_is_absolute_even_when_the_spec_path_is_not(tmp_path: Path, monkeypatch) -> None:
+    """Stages hand cache paths to child processes that run in other folders (vLLM's engine)."""
+    from builder import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    cache = pipeline._cache(BuildOptions(Path("models.yaml"), Path("model_repository")))
+    assert cache.root.is_absolute() and cache.root == tmp_path / ".tritonforge" / "cache"
