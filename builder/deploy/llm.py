@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from builder.errors import UserError
-from builder.llm.gpu import CHECKPOINT_DIR
 from builder.llm.memory import ModelSizes
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
@@ -68,11 +67,20 @@ def shm_bytes(llm: LLMSpec) -> int:
     return max(sizing.SHM_FLOOR_BYTES, SHM_PER_GPU_BYTES * llm.gpu.tensor_parallel_size)
 
 
+def shm_volume(llm: LLMSpec) -> Manifest:
+    shm = {"medium": "Memory", "sizeLimit": sizing.mebibytes(shm_bytes(llm))}
+    return {"name": SHM_MOUNT["name"], "emptyDir": shm}
+
+
 def weights_bytes(llm: LLMSpec, built_repo: Path | None) -> int:
     """Weights at the GPU dtype, from the built checkpoint's config.json (0 when not built here).
     vLLM reads them through host memory on the way to the GPUs."""
     if built_repo is None:
         return 0
+    # Here, not at the top: builder.llm.gpu loads tritonclient's protos, which clash with
+    # kserve's in the child process that validates an InferenceService (kserve.py).
+    from builder.llm.gpu import CHECKPOINT_DIR
+
     config = built_repo / llm.name / "1" / CHECKPOINT_DIR / "config.json"
     if not config.is_file():
         return 0
@@ -110,12 +118,11 @@ def container(llm: LLMSpec, opts: DeployOptions) -> Manifest:
 
 def deployment(llm: LLMSpec, opts: DeployOptions) -> Manifest:
     name = resource_name(opts, llm)
-    shm = {"medium": "Memory", "sizeLimit": sizing.mebibytes(shm_bytes(llm))}
     pod: Manifest = {
         "securityContext": pod_security(),
         "terminationGracePeriodSeconds": 60,
         "containers": [container(llm, opts)],
-        "volumes": [{"name": SHM_MOUNT["name"], "emptyDir": shm}],
+        "volumes": [shm_volume(llm)],
     }
     return {
         "apiVersion": "apps/v1",
@@ -157,16 +164,28 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
 
 
 def _fail(doc: Manifest, what: str, field: str) -> NoReturn:
-    raise UserError(f"Deployment {doc['metadata']['name']}: {what}", field=field)
+    raise UserError(f"{doc['kind']} {doc['metadata']['name']}: {what}", field=field)
+
+
+def _pod(doc: Manifest) -> Manifest | None:
+    """The pod spec of an LLM Deployment or InferenceService; None for any other manifest."""
+    if doc.get("metadata", {}).get("labels", {}).get(LLM_COMPONENT[0]) != LLM_COMPONENT[1]:
+        return None
+    if doc.get("kind") == "Deployment":
+        pod: Manifest = doc["spec"]["template"]["spec"]
+        return pod
+    if doc.get("kind") == "InferenceService":
+        predictor: Manifest = doc["spec"]["predictor"]
+        return predictor
+    return None
 
 
 def check(doc: Manifest) -> None:
-    """What kubernetes-validate cannot see in an LLM Deployment: a GPU limit, /dev/shm in
-    memory with a size, and a startup budget for the engine's load."""
-    meta = doc.get("metadata", {})
-    if doc.get("kind") != "Deployment" or meta.get("labels", {}).get(LLM_COMPONENT[0]) != LLM_COMPONENT[1]:
+    """What the schema cannot see in an LLM Deployment or InferenceService: a GPU limit,
+    /dev/shm in memory with a size, and a startup budget for the engine's load."""
+    pod = _pod(doc)
+    if pod is None:
         return
-    pod = doc["spec"]["template"]["spec"]
     c = pod["containers"][0]
     if int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", "0")) < 1:
         _fail(doc, "no nvidia.com/gpu limit: the vLLM engine needs a GPU", "resources.limits")
