@@ -4,8 +4,8 @@
 # ONNX Runtime 1.23.1; GPUs of compute capability 7.5 and up, NVIDIA driver 575 or later
 # (or the data-center branches the release notes list).
 #
-# Two stages. The builder stage is a plain Python image with the whole project and a CPU
-# build of torch: it exports, quantizes and verifies the models and writes the `gpu`
+# Two stages make the TensorRT image. The builder stage is a plain Python image with the whole
+# project and a CPU build of torch: it exports, quantizes and verifies the models and writes the `gpu`
 # repository (ONNX / Q/DQ variants and configs). The serving stage is the Triton image with
 # only what `tritonforge engines` and the Python-backend models need; the TensorRT plans are
 # built there at container start, for the GPU the container finds (plans are tied to a GPU
