@@ -4,8 +4,8 @@
 # ONNX Runtime 1.23.1; GPUs of compute capability 7.5 and up, NVIDIA driver 575 or later
 # (or the data-center branches the release notes list).
 #
-# Two stages. The builder stage is a plain Python image with the whole project and a CPU
-# build of torch: it exports, quantizes and verifies the models and writes the `gpu`
+# Two stages make the TensorRT image. The builder stage is a plain Python image with the whole
+# project and a CPU build of torch: it exports, quantizes and verifies the models and writes the `gpu`
 # repository (ONNX / Q/DQ variants and configs). The serving stage is the Triton image with
 # only what `tritonforge engines` and the Python-backend models need; the TensorRT plans are
 # built there at container start, for the GPU the container finds (plans are tied to a GPU
@@ -16,6 +16,13 @@
 #   docker build -t tritonforge:0.1.0 .
 #   docker run --gpus all --shm-size=256m -p 8000:8000 -p 8001:8001 -p 8002:8002 \
 #       -e TRITON_ADMIN_KEY=... tritonforge:0.1.0
+#
+# A third stage, vllm, serves the spec's LLMs (the same build's vLLM-backend entries) on the
+# same release's -vllm-python-py3 image, with the vLLM that image ships:
+#
+#   docker build --target vllm -t tritonforge-vllm:0.1.0 .
+#   docker run --gpus all --shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 \
+#       -e TRITON_ADMIN_KEY=... tritonforge-vllm:0.1.0 --model-control-mode=explicit --load-model=smollm2
 
 ARG TRITON_RELEASE=25.10
 ARG PYTHON_VERSION=3.11
@@ -34,7 +41,30 @@ RUN pip install --no-cache-dir . && pip wheel --no-cache-dir --no-deps --wheel-d
 COPY models.yaml ./
 COPY zoo ./zoo
 COPY calibration ./calibration
-RUN tritonforge build --target gpu --repo /opt/tritonforge/model_repository
+RUN tritonforge build --target gpu --repo /opt/tritonforge/model_repository \
+ && python -m builder.deploy.llm_repository /opt/tritonforge/model_repository /opt/tritonforge/llm_repository
+
+# The LLM entries' model.json names the checkpoint under /opt/tritonforge/model_repository:
+# the repository must stay there. Nothing is installed: the image's own vLLM serves them.
+FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-vllm-python-py3 AS vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN python3 -c "import vllm; print('vLLM', vllm.__version__)" \
+ && groupadd --gid 10001 tritonforge \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge \
+ && install -d -o 10001 -g 10001 /opt/tritonforge
+WORKDIR /opt/tritonforge
+COPY --chown=10001:10001 --from=builder /opt/tritonforge/llm_repository ./model_repository
+COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
+USER 10001:10001
+# No TensorRT plans to build here; HOME is where vLLM keeps its compile caches.
+ENV TRITONFORGE_REPOSITORY=/opt/tritonforge/model_repository \
+    TRITONFORGE_SKIP_ENGINES=1 \
+    HOME=/opt/tritonforge
+EXPOSE 8000 8001 8002
+# Start period: loading the weights and capturing CUDA graphs before the server listens.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30m --retries=3 \
+  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "/opt/tritonforge/entrypoint.sh"]
 
 FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3 AS server
 ARG TENSORRT_VERSION=10.13.3.9

@@ -14,6 +14,7 @@ PYTEST_ARGS ?=
 .PHONY: install engines serve test lint typecheck tools bench docker deploy-manifests clean
 
 IMAGE ?= tritonforge:0.1.0
+VLLM_IMAGE ?= tritonforge-vllm:0.1.0
 
 LLM_REQUIREMENTS := requirements/llm.txt requirements/llm-nodeps.txt
 
@@ -63,6 +64,7 @@ bench: $(STAMP) tools
 
 docker:
 	docker build -t $(IMAGE) .
+	docker build --target vllm -t $(VLLM_IMAGE) .
 
 deploy-manifests: $(STAMP)
 	$(BIN)/tritonforge deploy k8s --out deploy/generated

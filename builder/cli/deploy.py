@@ -31,6 +31,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--name", default="tritonforge", help="resource name (a DNS-1123 label)")
     p.add_argument("--image", default="", help="the tritonforge image (default tritonforge:<version>)")
     p.add_argument(
+        "--llm-image",
+        default="",
+        help="the vLLM image for the spec's llms (default tritonforge-vllm:<version>)",
+    )
+    p.add_argument(
         "--repository-url", help="serve from s3://bucket/path or gs://bucket/path instead of the image"
     )
     p.add_argument(
@@ -51,6 +56,7 @@ def options(args: argparse.Namespace) -> DeployOptions:
     return DeployOptions(
         name=args.name,
         image=args.image,
+        llm_image=args.llm_image,
         repository_url=args.repository_url,
         gpus=args.gpus,
         min_replicas=args.min_replicas,

@@ -28,10 +28,16 @@ def default_image() -> str:
         return "tritonforge:0.1.0"
 
 
+def default_llm_image() -> str:
+    """The Dockerfile's ``vllm`` stage, tagged beside the main image."""
+    return default_image().replace("tritonforge:", "tritonforge-vllm:", 1)
+
+
 @dataclass(frozen=True)
 class DeployOptions:
     name: str = "tritonforge"
     image: str = ""
+    llm_image: str = ""
     repository_url: str | None = None
     gpus: int = 1
     min_replicas: int = 1
@@ -50,6 +56,10 @@ class DeployOptions:
     @property
     def image_ref(self) -> str:
         return self.image or default_image()
+
+    @property
+    def llm_image_ref(self) -> str:
+        return self.llm_image or default_llm_image()
 
     @property
     def repository(self) -> str:
@@ -95,10 +105,11 @@ def probe(path: str, port: int | str, period: int, failures: int) -> Manifest:
     }
 
 
-def probes(port: int | str) -> Manifest:
-    """Startup covers the entrypoint's engine build; after it, liveness and readiness take over."""
+def probes(port: int | str, startup_seconds: int = STARTUP_SECONDS) -> Manifest:
+    """Startup covers the entrypoint's engine build (or an LLM engine's load); after it,
+    liveness and readiness take over."""
     return {
-        "startupProbe": probe(LIVE_PATH, port, 10, STARTUP_SECONDS // 10),
+        "startupProbe": probe(LIVE_PATH, port, 10, startup_seconds // 10),
         "livenessProbe": probe(LIVE_PATH, port, 10, 3),
         "readinessProbe": probe(READY_PATH, port, 5, 3),
     }

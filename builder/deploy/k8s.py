@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from builder.spec import Spec
 
+from . import llm
 from .common import (
     GRPC_PORT,
     HTTP_PORT,
@@ -103,16 +104,19 @@ def autoscaler(opts: DeployOptions) -> Manifest:
 
 
 def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
-    """File name -> manifest."""
+    """File name -> manifest; the spec's LLMs get theirs on the vLLM image (llm.py)."""
     return {
         "deployment.yaml": deployment(spec, opts),
         "service.yaml": service(opts),
         "hpa.yaml": autoscaler(opts),
+        **llm.manifests(spec, opts),
     }
 
 
 def validate(doc: Manifest, version: str = "1.37.0") -> None:
-    """kubernetes-validate against the bundled schemas, rejecting unknown fields."""
+    """kubernetes-validate against the bundled schemas, rejecting unknown fields; then what an
+    LLM Deployment needs beyond the schema (llm.check)."""
     import kubernetes_validate  # a dev dependency: imported only when validating
 
     kubernetes_validate.validate(doc, version, strict=True)
+    llm.check(doc)

