@@ -21,11 +21,14 @@ from builder.spec.llm import LLMDType, LLMSpec
 MIB = 1 << 20
 KIB = 1 << 10
 CHECKPOINT = Path("1") / "checkpoint"
-# Host memory the CPU engine holds beside weights and KV space: tritonserver, the Python-backend
-# stub and vLLM's engine-core process (each a Python interpreter with torch and vLLM imported),
-# activations of a max_num_batched_tokens step and allocator slack. Measured here for smollm2
-# (float32, vLLM 0.32 CPU, ``tritonforge estimate --measure``): tree RSS minus weights minus KV space.
-CPU_ENGINE_BASE = 1350 * MIB
+# Host memory the CPU engine holds beside weights and KV space: tritonserver (~35 MiB), the
+# Python-backend stub (~850 MiB: torch, vLLM and the tokenizer imported), vLLM's engine-core and
+# worker processes (~750 and ~1000 MiB beyond weights and KV: torch, vLLM, a
+# max_num_batched_tokens step's activations). RSS summed, so the shared torch libraries count once
+# per process. Measured here (smollm2 float32, vLLM 0.32 CPU, 16 x 256-token streams): tree RSS
+# 4202 MiB minus 513 MiB weights minus 1024 MiB KV space. A constant, not per parameter: one
+# 135 M-parameter model cannot separate the two.
+CPU_ENGINE_BASE = 2650 * MIB
 
 
 @dataclass

@@ -93,10 +93,11 @@ def test_cpu_plan_that_does_not_hold_the_limits_and_its_cuts() -> None:
 def test_cpu_plan_that_holds_the_limits_has_no_cuts_and_a_small_host_does_not_fit() -> None:
     (row,) = llm_rows(llm(max_model_len=1024, max_num_seqs=8), ModelSizes.from_config(SMOLLM2))
     assert row.limits_fit and row.cuts == [] and row.sequences_that_fit == 22
-    verdicts = advise_llms([row], host=2 * GIB)
+    verdicts = advise_llms([row], host=4 * GIB)  # the plan is 4.09 GiB
     assert "DOES NOT FIT" in verdicts[0]
-    room = 2 * GIB - row.weights - CPU_ENGINE_BASE
+    room = 4 * GIB - row.weights - CPU_ENGINE_BASE
     assert verdicts[0].endswith(f"cut first: kv_cache_space_gib -> {room / GIB:.2f}")
+    assert advise_llms([row], host=2 * GIB)[0].endswith("cut first: dtype")  # no room for any KV
     assert verdicts[1] == "  1024 x 8 tokens need 0.352 GiB of KV: held (22 full-length sequences fit)"
 
 
