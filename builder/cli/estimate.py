@@ -1,8 +1,13 @@
 """``tritonforge estimate``: memory per model and variant against the GPU (or host) memory.
 
+Each LLM of the spec gets its own plan (``builder/estimate/llm.py``): weights, KV cache at the
+spec's limits, the KV space configured, the full-length sequences that fit and what to cut first,
+for the CPU dtype and, with ``--gpu-memory``, the GPU section's dtype.
+
 With ``--measure`` the CPU estimate of each served model is checked against the resident
 memory of the real server (tritonserver plus its Python-backend stubs) with that model
-loaded alone, after one request at the profile's max shape.
+loaded alone, after one request at the profile's max shape; each LLM likewise (the stub's vLLM
+engine-core process counted), after max_num_seqs long generations at once.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from builder.estimate.compare import compare, comparison_table, host_memory, plan
+from builder.estimate.compare import compare, compare_llms, comparison_table, host_memory, llm_plan, plan
+from builder.estimate.llm import advise_llms, llm_table
 from builder.estimate.plan import GIB, advise, table
 from builder.spec import load_spec
 from builder.tune.measure import build_local
@@ -39,28 +45,28 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="tritonforge-estimate-") as tmp:
         repo = build_local(spec_file, Path(tmp) / "repo", log=lambda _: None)
         rows = plan(spec, repo)
+        gpu = int(args.gpu_memory * GIB) if args.gpu_memory is not None else None
+        llms = llm_plan(spec, repo, gpu)
         models = {m.name: m for m in spec.models}
-        print(table(rows))
         host = int(args.host_memory * GIB) if args.host_memory else host_memory()
-        verdicts = advise(rows, host, "cpu", models)
-        if args.gpu_memory is not None:
-            verdicts += advise(rows, int(args.gpu_memory * GIB), "gpu", models)
-        for line in verdicts:
-            print(line)
-        results = compare(rows, repo, spec, log) if args.measure else []
+        verdicts = advise(rows, host, "cpu", models) if rows else []
+        if gpu is not None and rows:
+            verdicts += advise(rows, gpu, "gpu", models)
+        verdicts += advise_llms(llms, host)
+        text = (table(rows) + "\n" if rows else "") + (llm_table(llms) + "\n" if llms else "")
+        print(text + "\n".join(verdicts))
+        results = compare(rows, repo, spec, log) if args.measure and rows else []
+        results += compare_llms(llms, repo, spec, log) if args.measure else []
     if results:
         print()
         print(comparison_table(results))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "estimate.json").write_text(
-            json.dumps(
-                {"rows": [r.to_dict() for r in rows], "verdicts": verdicts, "measured": results}, indent=1
-            )
-            + "\n"
-        )
+        out = {"rows": [r.to_dict() for r in rows], "llms": [r.to_dict() for r in llms], "verdicts": verdicts,
+               "measured": results}  # fmt: skip
+        (args.out / "estimate.json").write_text(json.dumps(out, indent=1) + "\n")
         (args.out / "estimate.md").write_text(
-            table(rows) + "\n" + "\n".join(verdicts) + "\n\n" + (comparison_table(results) if results else "")
+            text + "\n".join(verdicts) + "\n\n" + (comparison_table(results) if results else "")
         )
     fits = all("DOES NOT FIT" not in v for v in verdicts)
     return 0 if fits else 3

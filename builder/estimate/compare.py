@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from builder.estimate.plan import MIB, Row, core_rows, python_row
-from builder.estimate.rss import measure
+from builder.estimate.llm import LLMRow, checkpoint_sizes, llm_rows
+from builder.estimate.plan import MIB, SERVER_BASE, Row, core_rows, python_row
+from builder.estimate.rss import Measured, measure, measure_llms
 from builder.spec import ModelSpec, Precision, Spec
 
 
@@ -50,17 +51,40 @@ def compare(rows: list[Row], repo: Path, spec: Spec, log: Any = None) -> list[di
     for m in measured:
         model, variant = served[m.model]
         row = next(r for r in rows if r.model == model.name and r.variant == variant and r.device == "cpu")
-        error = (row.total - m.total) / m.total
-        out.append({
-            "served_as": m.model, "model": model.name, "variant": variant,
-            "estimate_mib": round(row.total / MIB, 1), "measured_mib": round(m.total / MIB, 1),
-            "server_mib": round(m.server / MIB, 1), "stubs_mib": round(m.stubs / MIB, 1),
-            "after_load_mib": round(m.after_load / MIB, 1), "empty_server_mib": round(baseline / MIB, 1),
-            "error_pct": round(100 * error, 1),
-            "model_estimate_mib": round(row.model_bytes / MIB, 1),
-            "model_measured_mib": round((m.total - baseline) / MIB, 1),
-        })  # fmt: skip
+        out.append(_result(m, baseline, model.name, variant, row.total, row.model_bytes))
     return out
+
+
+def llm_plan(spec: Spec, repo: Path, gpu_memory: int | None) -> list[LLMRow]:
+    """Rows for every LLM: its CPU engine and, given a GPU size, its GPU section."""
+    return [r for llm in spec.llms for r in llm_rows(llm, checkpoint_sizes(repo, llm), gpu_memory)]
+
+
+def compare_llms(rows: list[LLMRow], repo: Path, spec: Spec, log: Any = None) -> list[dict[str, Any]]:
+    """The CPU plan of each LLM vs the measured tree (server + stub + vLLM engine), loaded alone."""
+    if not spec.llms:
+        return []
+    streams = {llm.name: llm.max_num_seqs for llm in spec.llms}
+    baseline, measured = measure_llms(repo, streams, log=log or (lambda _: None))
+    out = []
+    for m in measured:
+        row = next(r for r in rows if r.llm == m.model and r.device == "cpu")
+        out.append(_result(m, baseline, m.model, row.dtype, row.total, row.total - SERVER_BASE))
+    return out
+
+
+def _result(
+    m: Measured, baseline: int, model: str, variant: str, estimate: int, model_estimate: int
+) -> dict[str, Any]:
+    return {
+        "served_as": m.model, "model": model, "variant": variant,
+        "estimate_mib": round(estimate / MIB, 1), "measured_mib": round(m.total / MIB, 1),
+        "server_mib": round(m.server / MIB, 1), "stubs_mib": round(m.stubs / MIB, 1),
+        "after_load_mib": round(m.after_load / MIB, 1), "empty_server_mib": round(baseline / MIB, 1),
+        "error_pct": round(100 * (estimate - m.total) / m.total, 1),
+        "model_estimate_mib": round(model_estimate / MIB, 1),
+        "model_measured_mib": round((m.total - baseline) / MIB, 1),
+    }  # fmt: skip
 
 
 def comparison_table(results: list[dict[str, Any]]) -> str:

@@ -131,3 +131,61 @@ def measure(
             while children(server.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
     return baseline, results
+
+
+# Each LLM is loaded alone and then given max_num_seqs streams at once, each a long generation,
+# so that the engine runs a full batch (activations, scheduler state) before the RSS is read.
+LLM_TOKENS = 256
+LLM_PROMPT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper and the sea."}]
+
+
+def measure_llms(
+    repo: Path,
+    llms: dict[str, int],
+    log: Callable[[str], None] = lambda _: None,
+    settle_s: float = 2.0,
+    load_timeout_s: float = 600,
+) -> tuple[int, list[Measured]]:
+    """Baseline RSS of the empty server, then each LLM (name -> max_num_seqs) loaded alone: the
+    server, its Python-backend stub and vLLM's engine-core process (the stub's child), summed."""
+    import tritonclient.http as httpclient
+
+    results = []
+    with TritonServer(repo, model_control="explicit") as server:
+        assert server.pid is not None
+        address = server.http_url.split("://", 1)[1]
+        client = httpclient.InferenceServerClient(address, network_timeout=load_timeout_s)
+        time.sleep(settle_s)
+        baseline = sum(tree_rss(server.pid))
+        for name, streams in llms.items():
+            log(f"loading {name} (vLLM's engine takes a minute or two to start here)")
+            client.load_model(name)
+            time.sleep(settle_s)
+            after_load = sum(tree_rss(server.pid))
+            full_batch(server.grpc_url, name, streams)
+            time.sleep(settle_s)
+            srv, stubs = tree_rss(server.pid)
+            results.append(Measured(name, srv, stubs, after_load))
+            log(f"measured {name}: server {srv / 2**20:.1f} MiB + stub and engine {stubs / 2**20:.1f} MiB")
+            if name != list(llms)[-1]:  # vLLM's shutdown takes minutes on a busy host: stop does it
+                client.unload_model(name)
+                deadline = time.monotonic() + 300
+                while children(server.pid) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+    return baseline, results
+
+
+def full_batch(url: str, name: str, streams: int, tokens: int = LLM_TOKENS) -> None:
+    """``streams`` generations of ``tokens`` tokens at once (``ignore_eos``: all run to the end)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clients.generator import Generator
+
+    def one(_: int) -> int:
+        with Generator(url, name, "grpc", timeout=600) as gen:
+            return gen.generate(LLM_PROMPT, max_tokens=tokens, ignore_eos=True).num_output_tokens
+
+    with ThreadPoolExecutor(streams) as pool:
+        done = list(pool.map(one, range(streams)))
+    if any(n != tokens for n in done):
+        raise RuntimeError(f"{name}: asked {tokens} tokens per stream, got {done}")
