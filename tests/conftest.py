@@ -6,7 +6,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,12 +116,14 @@ def _keep_log(server: TritonServer, test: str) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _import_state() -> Iterator[None]:
-    """Factories put the spec's folder on sys.path and import modules from it: undo both."""
+def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Factories put the spec's folder on sys.path and import modules from it: undo both. Only
+    modules of the tests' own temporary projects are forgotten (an extension module imported
+    twice breaks, and the project's environment may itself live under /tmp)."""
     path, modules = list(sys.path), set(sys.modules)
     yield
     sys.path[:] = path
-    scratch = tempfile.gettempdir()
+    scratch = str(tmp_path_factory.getbasetemp())
     for name in set(sys.modules) - modules:
         origin = getattr(sys.modules[name], "__file__", None) or ""
         if origin.startswith(scratch):
