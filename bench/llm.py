@@ -8,7 +8,7 @@ through the perf wrapper's LLM mode:
    at a time in a Python-backend model;
 4. streaming: time to first token against the full-response latency at concurrency 1.
 
-    TRITONFORGE_LLM_CHECKPOINT=/path/to/checkpoint python -m bench.llm
+    python -m bench.llm   (TRITONFORGE_LLM_CHECKPOINT=FOLDER to measure another checkpoint)
 
 Needs vLLM in the running interpreter and the checkpoint; writes ``bench/results/llm.json``.
 """
@@ -258,9 +258,23 @@ def skipped() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not importable in this interpreter"
     folder = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
-    if not folder or not (Path(folder) / "config.json").is_file():
-        return "set TRITONFORGE_LLM_CHECKPOINT to the LLM checkpoint folder"
+    if folder and not (Path(folder) / "config.json").is_file():
+        return f"TRITONFORGE_LLM_CHECKPOINT={folder} has no config.json"
     return None
+
+
+def checkpoint() -> Path:
+    """TRITONFORGE_LLM_CHECKPOINT, else the zoo LLM's checkpoint as the build makes it (stage cache)."""
+    folder = os.environ.get("TRITONFORGE_LLM_CHECKPOINT")
+    if folder:
+        return Path(folder)
+    from builder.cli.perf import llm_checkpoint
+    from builder.spec import load_spec
+
+    spec_file = ROOT / "models.yaml"
+    found = llm_checkpoint(load_spec(spec_file), spec_file, MODEL)
+    assert found is not None, f"models.yaml has no LLM named {MODEL}"
+    return found
 
 
 def record(m: dict[str, Any] | None, reason: str | None = None) -> dict[str, Any]:
@@ -301,7 +315,7 @@ def run(opts: Any) -> tuple[dict[str, Any], list[Any]]:
     from bench.common import Row
 
     reason = skipped()
-    m = None if reason else measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"]))
+    m = None if reason else measure(checkpoint())
     data = record(m, reason)
     if reason:
         return data, [Row("LLM serving", f"skipped: {reason}", "-", None)]
@@ -319,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 2
-    m = measure(Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"]), parts)
+    m = measure(checkpoint(), parts)
     earlier = RESULTS / "llm.json"
     if set(parts) != set(PARTS) and earlier.is_file():
         m = {**(json.loads(earlier.read_text()).get("results") or {}), **m}
