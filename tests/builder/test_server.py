@@ -39,7 +39,7 @@ def python_repo(root: Path, name: str = "pre") -> Path:
             "max_batch_size": 2,
         }
     )
-    write_config(python_config(pm), root / name)
+    write_config(python_config(pm, queue_policy=True), root / name)
     (root / name / "1").mkdir()
     shutil.copy(PREPROCESS, root / name / "1" / "model.py")
     return root
