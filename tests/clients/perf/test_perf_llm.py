@@ -193,12 +193,11 @@ def test_one_token_per_streamed_response_with_ignore_eos(llm_server) -> None:  #
 
 @pytest.mark.integration
 def test_the_llm_mode_against_the_real_server(llm_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    import os
-
     from clients.perf.llm import LLMLoad, run_llm_perf
     from clients.perf.llm_prompts import shape
+    from tests.integration.fixtures.llm_repo import checkpoint as zoo_checkpoint
 
-    checkpoint = Path(os.environ["TRITONFORGE_LLM_CHECKPOINT"])
+    checkpoint = zoo_checkpoint()
     prompts = shape(load_chats(ROOT / "calibration" / "smollm2" / "perf.json")[:6], checkpoint, 48)
     assert all(abs(p.tokens - 48) <= 2 for p in prompts), [p.tokens for p in prompts]
     load = LLMLoad(output_tokens=8, concurrency=(1, 4), requests_per_user=2, min_requests=4)
