@@ -87,9 +87,18 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
             return self._answer(requests)
-        for request, refusal in self.line.offer(requests):
-            _send(request, _rejected(refusal))
+        # Inputs are copied and the sender taken now: once execute returns, the stub may free
+        # the request's tensors, and the worker must not touch them (it crashed the stub).
+        for pending, refusal in self.line.offer([self._capture(r) for r in requests]):
+            _send(pending, _rejected(refusal))
         return None
+
+    def _capture(self, request: Any) -> Pending:
+        try:
+            feed, error = {k: np.array(v, copy=True) for k, v in self._feed(request).items()}, None
+        except Exception as exc:
+            feed, error = {}, f"bad input: {exc}"
+        return Pending(request.get_response_sender(), feed, error, _rows(request), request.timeout())
 
     def _serve_line(self) -> None:
         assert self.line is not None
@@ -102,12 +111,22 @@ class TritonPythonModel:
                     fresh.append(request)
             start = time.perf_counter()
             try:
-                responses = self._answer(fresh)
+                responses = self._answer_pending(fresh)
             except Exception as exc:  # never leave a request unanswered
                 responses = [_error(f"onnx_runner: {exc}") for _ in fresh]
-            self.line.done(sum(_rows(r) for r in fresh), time.perf_counter() - start)
+            self.line.done(sum(p.rows for p in fresh), time.perf_counter() - start)
             for request, response in zip(fresh, responses, strict=True):
                 _send(request, response)
+
+    def _answer_pending(self, pending: list[Pending]) -> list[Any]:
+        responses: list[Any] = [None] * len(pending)
+        feeds = {i: p.feed for i, p in enumerate(pending) if p.error is None}
+        for i, p in enumerate(pending):
+            if p.error is not None:
+                responses[i] = _error(p.error)
+        for group in self._groups(feeds):
+            self._run_group(group, feeds, responses)
+        return responses
 
     def _answer(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -228,9 +247,9 @@ class BoundedLine:
 
     def _admit(self, request: Any) -> str | None:
         timeout_us = self.timeout_us
-        if self.allow_override and 0 < request.timeout() < timeout_us:  # as Triton overrides
-            timeout_us = request.timeout()
-        now, rows = time.monotonic_ns(), _rows(request)
+        if self.allow_override and 0 < request.timeout_us < timeout_us:  # as Triton overrides
+            timeout_us = request.timeout_us
+        now, rows = time.monotonic_ns(), request.rows
         deadline = now + int(timeout_us * 1000 * HEADROOM) if timeout_us else 0
         if self.closed:
             return "Server is stopping: the model accepts no new requests"
@@ -292,11 +311,22 @@ def _rows(request: Any) -> int:
     return int(inputs[0].shape()[0]) if inputs and inputs[0].shape() else 1
 
 
-def _send(request: Any, response: Any) -> None:
+class Pending:
+    """A request as the worker needs it: its sender and copies of its inputs (or why they failed)."""
+
+    __slots__ = ("error", "feed", "rows", "sender", "timeout_us")
+
+    def __init__(
+        self, sender: Any, feed: dict[str, NDArray[Any]], error: str | None, rows: int, timeout_us: int
+    ):
+        self.sender, self.feed, self.error, self.rows, self.timeout_us = sender, feed, error, rows, timeout_us
+
+
+def _send(pending: Pending, response: Any) -> None:
     """The request's one and final response; a sender that fails (its client gone) must not stop
     the worker that answers everyone else."""
     try:
-        request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        pending.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     except Exception as exc:
         pb_utils.Logger.log_warn(f"onnx_runner: could not send a response: {exc}")
 
