@@ -31,7 +31,6 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_k8s_writes_manifests_that_kubernetes_validate_passes(tmp_path: Path, capsys) -> None:
-    pytest.importorskip("kubernetes_validate")
     args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--gpus", "2")
     assert cli.run(args) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
@@ -54,7 +53,6 @@ def test_kserve_writes_an_inference_service(tmp_path: Path) -> None:
 
 
 def test_a_generated_manifest_that_fails_validation_is_not_written(tmp_path: Path, monkeypatch) -> None:
-    pytest.importorskip("kubernetes_validate")
     from builder.deploy import k8s
 
     def broken(spec, opts):  # a generator bug: an unknown field
@@ -70,7 +68,6 @@ def test_a_generated_manifest_that_fails_validation_is_not_written(tmp_path: Pat
 
 
 def test_an_llm_deployment_without_gpus_is_not_written(tmp_path: Path, monkeypatch) -> None:
-    pytest.importorskip("kubernetes_validate")
     from builder.deploy import k8s
 
     def no_gpu(spec, opts):  # schema-valid, but the vLLM engine would find no GPU
@@ -110,7 +107,6 @@ def test_missing_spec_is_a_spec_error(tmp_path: Path) -> None:
 def test_checked_in_manifests_are_current_and_valid(tmp_path: Path) -> None:
     """deploy/generated is what `tritonforge deploy` writes for models.yaml with the defaults."""
     require_kserve()
-    pytest.importorskip("kubernetes_validate")
     checked_in = ROOT / "deploy" / "generated"
     for target in ("k8s", "kserve"):
         assert cli.run(parse(target, "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))) == 0

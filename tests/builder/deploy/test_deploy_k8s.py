@@ -6,14 +6,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate  # a pinned dev dependency: missing means a broken install
 import pytest
 
 from builder.deploy import k8s, sizing
 from builder.deploy.common import DeployOptions
 from builder.errors import UserError
 from builder.spec import Spec, load_spec
-
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate  # a pinned dev dependency: missing means a broken install
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -19,8 +20,6 @@ from builder.errors import UserError
 from builder.llm.gpu import DEFAULT_MOUNT, write_gpu_entry
 from builder.spec import Spec, load_spec
 from builder.spec.llm import LLMDType
-
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[3]
 # SmolLM2-135M's config.json sizes (the zoo's LLM): 134,515,008 parameters.
