@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import KIND_CPU, KIND_GPU, python_config
+from builder.configs import KIND_CPU, KIND_GPU, python_config, set_batching, set_instances, set_warmup
 from builder.errors import SpecError, VerificationError
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec
@@ -62,6 +62,13 @@ class Target(ABC):
         names = {build.spec.name: build.served}
         names.update({f"{build.spec.name}_{p.value}": p for p in build.passed if p is not build.served})
         return names
+
+    def _serving(self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool) -> ModelConfig:
+        """What every core config ends with: batching, instances and warm-up."""
+        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
+        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        set_warmup(cfg, model)
+        return cfg
 
     def writes_queue_policy(self, batching: Batching) -> bool:
         """Whether a model's queue policy and priority levels go into its config."""

@@ -7,10 +7,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import (
     ONNX_FILE,
     model_io_config,
-    set_batching,
-    set_instances,
     set_parameters,
-    set_warmup,
 )
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ModelSpec, Precision
@@ -42,7 +39,4 @@ class CpuTarget(Target):
         cfg.default_model_filename = ONNX_FILE
         if model.serve.threads:
             set_parameters(cfg, {"intra_op_thread_count": str(model.serve.threads)})
-        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
-        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
-        set_warmup(cfg, model)
-        return cfg
+        return self._serving(cfg, model, queue_policy=True)

@@ -15,10 +15,7 @@ from builder.configs import (
     ONNX_FILE,
     local_queue_parameters,
     model_io_config,
-    set_batching,
-    set_instances,
     set_parameters,
-    set_warmup,
 )
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, ModelSpec, Precision
@@ -51,13 +48,9 @@ class LocalTarget(Target):
         cfg.backend = "python"
         set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
                              "intra_op_threads": str(model.serve.threads)})  # fmt: skip
-        queue_policy = self.writes_queue_policy(model.batching)
-        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
-        # Without Triton's policy the onnx_runner model enforces the spec's bound itself.
+        # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
         set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
-        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
-        set_warmup(cfg, model)
-        return cfg
+        return self._serving(cfg, model, queue_policy=self.writes_queue_policy(model.batching))
 
     def writes_queue_policy(self, batching: Batching) -> bool:
         # tritonserver 2.51's batcher stalls up to 500 ms whenever a queue policy is set
