@@ -6,9 +6,14 @@ through the perf wrapper's LLM mode:
 2. against vLLM's own OpenAI-compatible server on the same checkpoint and engine settings;
 3. against the naive server: ``bench/naive_llm/model.py``, transformers ``generate`` one request
    at a time in a Python-backend model;
-4. streaming: time to first token against the full-response latency at concurrency 1.
+4. streaming: time to first token against the full-response latency at concurrency 1;
+5. prefix caching: TTFT with a long shared system prompt, caching on and off;
+6-7. short requests beside long jobs with and without a lane, and an overload burst
+   (``bench/llm_contention.py``).
 
-    python -m bench.llm   (TRITONFORGE_LLM_CHECKPOINT=FOLDER to measure another checkpoint)
+The engine runs in float32 as the zoo's LLM does on CPUs without avx512_bf16.
+
+    python -m bench.llm [sides prefix lanes overload]   (TRITONFORGE_LLM_CHECKPOINT=FOLDER to measure another checkpoint)
 
 Needs vLLM in the running interpreter and the checkpoint; writes ``bench/results/llm.json``.
 """
@@ -28,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench import llm_contention as contention
 from clients.perf.llm import LLMLoad, run_llm_perf
 from clients.perf.llm_prompts import load_chats, shape
 from clients.perf.llm_report import LLMReport
@@ -38,7 +44,7 @@ WORK = RESULTS / "work" / "llm"
 MODEL = "smollm2"
 NEW_TOKENS = 64
 ENGINE: dict[str, Any] = {
-    "dtype": "bfloat16", "max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0,
+    "dtype": "float32", "max_model_len": 1024, "max_num_seqs": 16, "kv_cache_space_gib": 1.0,
     "enable_prefix_caching": True, "enforce_eager": True, "seed": 0,
 }  # fmt: skip
 LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(1, 16), requests_per_user=2, min_requests=6)
@@ -56,19 +62,23 @@ def cpu_flags() -> list[str]:
 
 
 @contextlib.contextmanager
-def triton(checkpoint: Path, naive: bool = False, **overrides: Any) -> Iterator[Any]:
+def triton(
+    checkpoint: Path, naive: bool = False, settings: Any = None, tag: str = "", **overrides: Any
+) -> Iterator[Any]:
     """tritonserver with the ``vllm_engine`` model (or the naive one) named ``smollm2``;
-    ``overrides``: engine settings changed from ``ENGINE``."""
+    ``settings``: its ServingSettings (default: 64 may wait); ``overrides``: engine settings
+    changed from ``ENGINE``; ``tag`` names the work folder."""
     from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
     from builder.server import TritonServer
 
-    root = WORK / ("naive" if naive else "triton") / "_".join(f"{k}-{v}" for k, v in overrides.items())
+    name = tag or "_".join(f"{k}-{v}" for k, v in overrides.items())
+    root = WORK / ("naive" if naive else "triton") / name
     repo = root / "repo"
     if naive:
         write_naive_model(repo / MODEL, checkpoint)
     else:
         engine = EngineArgs(model=str(checkpoint.resolve()), **{**ENGINE, **overrides})
-        write_local_model(repo / MODEL, engine, ServingSettings(max_waiting=64))
+        write_local_model(repo / MODEL, engine, settings or ServingSettings(max_waiting=64))
     server = TritonServer(repo, log_path=root / "server.log")
     server.start(timeout=START_TIMEOUT)
     try:
@@ -163,12 +173,13 @@ def point(report: LLMReport, concurrency: int) -> dict[str, Any]:
     return {**asdict(p.client), "server": asdict(p.server) if p.server else None}
 
 
-PARTS = ("sides", "prefix", "float32")
+PARTS = ("sides", "prefix", "lanes", "overload")
 
 
 def measure(checkpoint: Path, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """``sides``: rows 1-4; ``prefix``: row 5; ``float32``: row 1 in float32."""
-    prompts = shape(load_chats(ROOT / "calibration" / MODEL / "perf.json"), checkpoint, None)
+    """``sides``: rows 1-4; ``prefix``: row 5; ``lanes``: row 6; ``overload``: row 7."""
+    chats = load_chats(ROOT / "calibration" / MODEL / "perf.json")
+    prompts = shape(chats, checkpoint, None)
     avg = [round(x, 2) for x in os.getloadavg()]
     out: dict[str, Any] = {"prompts": len(prompts), "prompt_tokens": [p.tokens for p in prompts],
                            f"load_avg_before_{'_'.join(parts)}": avg}  # fmt: skip
@@ -194,24 +205,17 @@ def measure(checkpoint: Path, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
         )
     if "prefix" in parts:
         out["prefix_caching"] = prefix_caching(checkpoint)
-    if "float32" in parts:
-        out["triton_float32"] = float32_batching(checkpoint, prompts)
+    if "lanes" in parts:
+        out["lanes"] = contention.lanes(triton, checkpoint, MODEL, chats, prompts, WORK / "lanes")
+    if "overload" in parts:
+        out["overload"] = contention.overload(triton, checkpoint, MODEL)
     return out
-
-
-def float32_batching(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
-    """Row 1 again in float32: without avx512_bf16 the CPU computes bf16 matrix products slowly,
-    which caps what batching 16 sequences gains; float32 shows whether that is the limit."""
-    with triton(checkpoint, dtype="float32") as server:
-        report = run_llm_perf(server.grpc_url, MODEL, prompts, LOAD, out_dir=WORK / "triton_float32",
-                              metrics_url=server.metrics_url)  # fmt: skip
-    return {f"c{c}": point(report, c) for c in LOAD.concurrency}
 
 
 def rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     """(benchmark, measured, target, met) from one run's figures."""
     if not all(side in m for side in ("triton", "vllm_openai", "naive")):
-        return [*prefix_rows(m.get("prefix_caching")), *float32_rows(m.get("triton_float32"))]
+        return [*prefix_rows(m.get("prefix_caching")), *contended_rows(m)]
     t1, t16 = m["triton"]["c1"], m["triton"]["c16"]
     v1, v16 = m["vllm_openai"]["c1"], m["vllm_openai"]["c16"]
     n16 = m["naive"]["c16"]
@@ -233,16 +237,12 @@ def rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
          f"TTFT p50 {t1['ttft_ms_p50']:.0f} ms vs full {t1['latency_ms_p50']:.0f} ms "
          f"({t1['latency_ms_p50'] / t1['ttft_ms_p50']:.1f}x sooner)", "recorded", None),
         *prefix_rows(m.get("prefix_caching")),
-        *float32_rows(m.get("triton_float32")),
+        *contended_rows(m),
     ]  # fmt: skip
 
 
-def float32_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
-    if not m:
-        return []
-    one, many = m["c1"]["output_tokens_per_s"], m["c16"]["output_tokens_per_s"]
-    return [("1b. continuous batching in float32 (Triton, c16 / c1)",
-             f"{many / one:.2f}x ({many:.0f} / {one:.0f} tokens/s)", "recorded", None)]  # fmt: skip
+def contended_rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    return [*contention.lanes_rows(m.get("lanes")), *contention.overload_rows(m.get("overload"))]
 
 
 def prefix_rows(m: dict[str, Any] | None) -> list[tuple[str, str, str, bool | None]]:
