@@ -47,6 +47,19 @@ class Options:
 # ---------------------------------------------------------------- machine header
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features INT8 and BF16 speed depends on, as /proc/cpuinfo lists them."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                return [f for f in CPU_FLAGS if f in present]
+    return []
+
+
 def machine() -> dict[str, Any]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -63,6 +76,7 @@ def machine() -> dict[str, Any]:
         "host": platform.node(),
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
         "python": platform.python_version(),
         "tritonserver": "2.51.0 (nvidia-pytriton bundle)",
         "versions": versions,

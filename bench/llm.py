@@ -13,7 +13,9 @@ through the perf wrapper's LLM mode:
 
 The engine runs in float32 as the zoo's LLM does on CPUs without avx512_bf16.
 
-    python -m bench.llm [sides prefix lanes overload]   (TRITONFORGE_LLM_CHECKPOINT=FOLDER to measure another checkpoint)
+    python -m bench.llm [sides prefix lanes overload]   (default: all)
+
+TRITONFORGE_LLM_CHECKPOINT=FOLDER measures another checkpoint.
 
 Needs vLLM in the running interpreter and the checkpoint; writes ``bench/results/llm.json``.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import llm_contention as contention
+from bench.common import cpu_flags
 from clients.perf.llm import LLMLoad, run_llm_perf
 from clients.perf.llm_prompts import load_chats, shape
 from clients.perf.llm_report import LLMReport
@@ -53,12 +56,6 @@ NAIVE_LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(16,), requests_per_u
 START_TIMEOUT = 900
 KEYS = ("benchmark", "measured", "target", "met")
 DOC_START, DOC_END = "<!-- bench.llm:start -->", "<!-- bench.llm:end -->"
-
-
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
 
 
 @contextlib.contextmanager

@@ -82,14 +82,6 @@ def tree_rss_mib(pid: int) -> float:
     return round(total / 1024, 1)
 
 
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    return [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
-
-
 def measure(checkpoint: str, dtype: str, bind: str) -> dict[str, Any]:
     """One server with the engine's OpenMP threads bound as ``bind`` (vLLM's ``auto``: all cores
     but one, which it leaves to the frontend), measured at 1 and 16 streams."""
@@ -127,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = (sys.argv[1:] if argv is None else argv) or ["bfloat16:auto"]
     result: dict[str, Any] = {
-        "machine": {**machine(), "cpu_flags": cpu_flags()},
+        "machine": machine(),
         "engine": {**ENGINE, "enforce_eager": True, "new_tokens": NEW_TOKENS, "ignore_eos": True},
         "runs": {},
     }

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from bench.common import RESULTS, ROOT, Options, Row, machine, save
+from bench.common import CPU_FLAGS, RESULTS, ROOT, Options, Row, machine, save
 
 BENCHMARKS = [
     "serving_efficiency",
@@ -33,7 +33,8 @@ BENCHMARKS = [
 def header(info: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     return (
-        f"{info['date']} on `{info['host']}`: {info['cpu']}, {info['cores']} cores; "
+        f"{info['date']} on `{info['host']}`: {info['cpu']}, {info['cores']} cores, "
+        f"CPU flags {', '.join(info.get('cpu_flags') or ['none of ' + '/'.join(CPU_FLAGS)])}; "
         f"load average {' / '.join(str(x) for x in info['load_avg'])} at start; "
         f"Python {info['python']}, tritonserver {info['tritonserver']}, {versions}"
     )
