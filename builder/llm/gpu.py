@@ -14,15 +14,9 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from google.protobuf import text_format
-from tritonclient.grpc.model_config_pb2 import (
-    DataType,
-    ModelConfig,
-    ModelInput,
-    ModelInstanceGroup,
-    ModelOutput,
-    ModelTransactionPolicy,
-)
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
+from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
 from builder.spec.llm import LLMSpec
 
 ENGINE_ARGS_FILE = "model.json"
@@ -31,31 +25,6 @@ CHECKPOINT_DIR = "checkpoint"
 DEFAULT_MOUNT = PurePosixPath("/opt/tritonforge/model_repository")
 
 JsonValue = str | int | float | bool
-
-_STRING, _BOOL, _FP32, _UINT32 = (
-    DataType.Value(t) for t in ("TYPE_STRING", "TYPE_BOOL", "TYPE_FP32", "TYPE_UINT32")
-)
-# The text-model interface of Triton's vLLM backend (its auto_complete_config), written out so
-# that the server validates it before the backend loads.
-INPUTS: tuple[tuple[str, int, bool], ...] = (
-    ("text_input", _STRING, False),
-    ("stream", _BOOL, True),
-    ("sampling_parameters", _STRING, True),
-    ("exclude_input_in_output", _BOOL, True),
-    ("return_finish_reason", _BOOL, True),
-    ("return_cumulative_logprob", _BOOL, True),
-    ("return_logprobs", _BOOL, True),
-    ("return_num_input_tokens", _BOOL, True),
-    ("return_num_output_tokens", _BOOL, True),
-)
-OUTPUTS: tuple[tuple[str, int, list[int]], ...] = (
-    ("text_output", _STRING, [-1]),
-    ("finish_reason", _STRING, [-1]),
-    ("cumulative_logprob", _FP32, [-1]),
-    ("logprobs", _STRING, [-1]),
-    ("num_input_tokens", _UINT32, [1]),
-    ("num_output_tokens", _UINT32, [-1]),
-)
 
 
 def gpu_config(spec: LLMSpec) -> ModelConfig:
@@ -67,10 +36,7 @@ def gpu_config(spec: LLMSpec) -> ModelConfig:
         model_transaction_policy=ModelTransactionPolicy(decoupled=True),
         instance_group=[ModelInstanceGroup(kind=ModelInstanceGroup.KIND_MODEL, count=1)],
     )
-    for name, dtype, optional in INPUTS:
-        cfg.input.append(ModelInput(name=name, data_type=dtype, dims=[1], optional=optional))
-    for name, dtype, dims in OUTPUTS:
-        cfg.output.append(ModelOutput(name=name, data_type=dtype, dims=dims))
+    add_tensors(cfg, BACKEND_INPUTS, BACKEND_OUTPUTS)
     # vLLM's engine statistics as Triton custom metrics (needs disable_log_stats false).
     cfg.parameters["REPORT_CUSTOM_METRICS"].string_value = "true"
     return cfg

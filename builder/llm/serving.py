@@ -16,14 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
-from tritonclient.grpc.model_config_pb2 import (
-    DataType,
-    ModelConfig,
-    ModelInput,
-    ModelInstanceGroup,
-    ModelOutput,
-    ModelTransactionPolicy,
-)
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
+
+from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
 
 ENGINE_ARGS_FILE = "model.json"
 MODEL_SOURCE = Path(__file__).parents[1] / "python_models" / "vllm_engine" / "model.py"
@@ -151,30 +146,6 @@ def model_json(args: EngineArgs) -> dict[str, Any]:
     return out
 
 
-_STRING, _BOOL, _INT32, _UINT32 = (
-    DataType.Value(t) for t in ("TYPE_STRING", "TYPE_BOOL", "TYPE_INT32", "TYPE_UINT32")
-)
-
-# (name, type, dims, optional) as in Triton's vLLM backend; messages and priority are additions.
-INPUTS: tuple[tuple[str, int, list[int], bool], ...] = (
-    ("text_input", _STRING, [1], True),
-    ("messages", _STRING, [1], True),
-    ("stream", _BOOL, [1], True),
-    ("sampling_parameters", _STRING, [1], True),
-    ("exclude_input_in_output", _BOOL, [1], True),
-    ("return_finish_reason", _BOOL, [1], True),
-    ("return_num_input_tokens", _BOOL, [1], True),
-    ("return_num_output_tokens", _BOOL, [1], True),
-    ("priority", _INT32, [1], True),
-)
-OUTPUTS: tuple[tuple[str, int, list[int]], ...] = (
-    ("text_output", _STRING, [-1]),
-    ("finish_reason", _STRING, [-1]),
-    ("num_input_tokens", _UINT32, [1]),
-    ("num_output_tokens", _UINT32, [-1]),
-)
-
-
 def local_config(name: str, settings: ServingSettings | None = None) -> ModelConfig:
     """The decoupled Python-backend config serving ``vllm_engine/model.py`` on the CPU."""
     settings = settings or ServingSettings()
@@ -185,10 +156,7 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         model_transaction_policy=ModelTransactionPolicy(decoupled=True),
         instance_group=[ModelInstanceGroup(kind=ModelInstanceGroup.KIND_CPU, count=1)],
     )
-    for key, dtype, dims, optional in INPUTS:
-        cfg.input.append(ModelInput(name=key, data_type=dtype, dims=dims, optional=optional))
-    for key, dtype, dims in OUTPUTS:
-        cfg.output.append(ModelOutput(name=key, data_type=dtype, dims=dims))
+    add_tensors(cfg, LOCAL_INPUTS, LOCAL_OUTPUTS)
     if settings.max_waiting is not None:
         cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
     if settings.lanes:
