@@ -19,15 +19,11 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
 from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
+from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
 ENGINE_ARGS_FILE = "model.json"
 MODEL_SOURCE = Path(__file__).parents[1] / "python_models" / "vllm_engine" / "model.py"
 GIB = 1 << 30
-
-
-class SchedulingPolicy(str, Enum):
-    FCFS = "fcfs"
-    PRIORITY = "priority"
 
 
 class Device(str, Enum):

@@ -15,7 +15,6 @@ from builder.llm.serving import (
     local_config,
     model_json,
 )
-from builder.llm.serving import SchedulingPolicy as EngineScheduling
 from builder.records import LLMBuild
 from builder.spec.llm import LLMSpec
 from builder.targets.base import ModelEntry
@@ -44,7 +43,7 @@ def engine_args(spec: LLMSpec) -> EngineArgs:
         kv_cache_space_gib=spec.kv_cache_space_gib,
         enable_prefix_caching=spec.enable_prefix_caching,
         enable_chunked_prefill=spec.enable_chunked_prefill,
-        scheduling_policy=EngineScheduling(spec.scheduling_policy.value),
+        scheduling_policy=spec.scheduling_policy,
     )
 
 
