@@ -133,8 +133,6 @@ def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str,
     policy = batching.queue
     if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
         return {}
-    if not batching.local_runner_bound:
-        return {}
     if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
         return {}
     reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing

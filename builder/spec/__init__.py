@@ -152,10 +152,6 @@ class Batching(Strict):
     # onnx_runner model enforces `queue` itself (configs.local_queue_parameters). The container
     # targets always get Triton's policy.
     local_queue_policy: bool = False
-    # On `local`, the onnx_runner model can enforce `queue` itself from a worker thread
-    # (configs.local_queue_parameters). Off by default: under some timings the 2.51 stub
-    # segfaults in libpython on that path (seen on a fresh environment; cause not found yet).
-    local_runner_bound: bool = False
 
     @model_validator(mode="after")
     def _priorities_consistent(self) -> Batching:

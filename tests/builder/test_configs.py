@@ -358,8 +358,7 @@ def test_local_target_bounds_the_runner_where_triton_policy_is_left_out() -> Non
     """Where the queue policy is dropped on local, the onnx_runner gets the spec's bound instead."""
     model = full_model(
         batching={
-            "queue": {"max_queue_size": 64, "default_timeout_us": 9000, "allow_timeout_override": False},
-            "local_runner_bound": True,
+            "queue": {"max_queue_size": 64, "default_timeout_us": 9000, "allow_timeout_override": False}
         }
     )
     params = _params(core_config(model, "local", variant=Precision.FP32))
@@ -374,10 +373,7 @@ def test_local_runner_bound_follows_the_spec() -> None:
     with_triton_policy = core_config(full_model(), "local", variant=Precision.FP32)  # local_queue_policy
     assert "max_queue_size" not in _params(with_triton_policy)
     delay = full_model(
-        batching={
-            "queue": {"max_queue_size": 8, "default_timeout_us": 5, "timeout_action": "delay"},
-            "local_runner_bound": True,
-        }
+        batching={"queue": {"max_queue_size": 8, "default_timeout_us": 5, "timeout_action": "delay"}}
     )
     params = _params(core_config(delay, "local", variant=Precision.FP32))
     assert params["max_queue_size"] == "8" and params["queue_timeout_us"] == "0", (

@@ -13,6 +13,15 @@ keeps the instance thread waiting for Triton's next payload, which tritonserver 
 needs in order to wake for a new request when a queue policy is set (bench/queue_stall.py), and
 it puts the bound where it can be counted: requests beyond ``max_queue_size`` waiting, or
 waiting longer than the timeout, get Triton's own UNAVAILABLE error and messages.
+
+The worker's responses carry only the outputs each request asked for. The 2.51 stub's
+``InferenceResponseSender.send`` releases the GIL and then drops the output tensors the request
+did not ask for; a tensor dropped there frees its numpy array without the GIL, and when that array
+is the last view of an ONNX Runtime output, the output's capsule destructor calls into Python with
+no thread state and the stub segfaults (``_PyErr_Fetch``, address 0x60). The synchronous path is
+safe: there the stub drops them in ``execute``'s thread, holding the GIL. The tensors a response
+carries are also kept referenced until its send has returned, so that nothing the stub does inside
+``send`` can free a Python object.
 """
 
 from __future__ import annotations
@@ -87,8 +96,8 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
             return self._answer(requests)
-        # Inputs are copied and the sender taken now: once execute returns, the stub may free
-        # the request's tensors, and the worker must not touch them (it crashed the stub).
+        # Inputs are copied, the sender and the requested output names taken now: the worker
+        # keeps no request object past execute (the stub frees them when execute returns).
         for pending, refusal in self.line.offer([self._capture(r) for r in requests]):
             _send(pending, _rejected(refusal))
         return None
@@ -98,7 +107,8 @@ class TritonPythonModel:
             feed, error = {k: np.array(v, copy=True) for k, v in self._feed(request).items()}, None
         except Exception as exc:
             feed, error = {}, f"bad input: {exc}"
-        return Pending(request.get_response_sender(), feed, error, _rows(request), request.timeout())
+        wanted = frozenset(request.requested_output_names())
+        return Pending(request.get_response_sender(), feed, error, _rows(request), request.timeout(), wanted)
 
     def _serve_line(self) -> None:
         assert self.line is not None
@@ -111,34 +121,46 @@ class TritonPythonModel:
                     fresh.append(request)
             start = time.perf_counter()
             try:
-                responses = self._answer_pending(fresh)
+                results = self._run_pending(fresh)
             except Exception as exc:  # never leave a request unanswered
-                responses = [_error(f"onnx_runner: {exc}") for _ in fresh]
+                results = [f"onnx_runner: {exc}" for _ in fresh]
             self.line.done(sum(p.rows for p in fresh), time.perf_counter() - start)
-            for request, response in zip(fresh, responses, strict=True):
-                _send(request, response)
+            for request, result in zip(fresh, results, strict=True):
+                self._reply(request, result)
 
-    def _answer_pending(self, pending: list[Pending]) -> list[Any]:
-        responses: list[Any] = [None] * len(pending)
+    def _reply(self, pending: Pending, result: Result) -> None:
+        """Send one request its outputs (only those it asked for) or its error."""
+        if isinstance(result, str):
+            _send(pending, _error(result))
+            return
+        tensors = self._tensors(result, pending.wanted)
+        _send(pending, pb_utils.InferenceResponse(output_tensors=tensors))
+        del tensors  # dropped here, holding the GIL, not inside send (see the module's docstring)
+
+    def _run_pending(self, pending: list[Pending]) -> list[Result]:
+        results: list[Result] = [""] * len(pending)
         feeds = {i: p.feed for i, p in enumerate(pending) if p.error is None}
         for i, p in enumerate(pending):
             if p.error is not None:
-                responses[i] = _error(p.error)
+                results[i] = p.error
         for group in self._groups(feeds):
-            self._run_group(group, feeds, responses)
-        return responses
+            self._run_group(group, feeds, results)
+        return results
 
     def _answer(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
+        results: list[Result] = [""] * len(requests)
         feeds: dict[int, dict[str, NDArray[Any]]] = {}
         for i, request in enumerate(requests):
             try:
                 feeds[i] = self._feed(request)
             except Exception as exc:
-                responses[i] = _error(f"bad input: {exc}")
+                results[i] = f"bad input: {exc}"
         for group in self._groups(feeds):
-            self._run_group(group, feeds, responses)
-        return responses
+            self._run_group(group, feeds, results)
+        return [
+            _error(r) if isinstance(r, str) else pb_utils.InferenceResponse(output_tensors=self._tensors(r))
+            for r in results
+        ]
 
     def _feed(self, request: Any) -> dict[str, NDArray[Any]]:
         feed = {}
@@ -161,37 +183,39 @@ class TritonPythonModel:
         return list(groups.values())
 
     def _run_group(
-        self, group: list[int], feeds: dict[int, dict[str, NDArray[Any]]], responses: list[Any]
+        self, group: list[int], feeds: dict[int, dict[str, NDArray[Any]]], results: list[Result]
     ) -> None:
+        """Each request's output arrays (config order), or its error message."""
         if len(group) == 1:
-            responses[group[0]] = self._respond_one(feeds[group[0]])
+            results[group[0]] = self._run_one(feeds[group[0]])
             return
         members = [feeds[i] for i in group]
         sizes = [next(iter(f.values())).shape[0] for f in members]
         batch = {name: np.concatenate([f[name] for f in members]) for name in members[0]}
         try:
-            results = self.session.run(self.output_names, batch)
+            outputs = self.session.run(self.output_names, batch)
         except Exception:
             for i in group:  # find the culprit: the others still get their answers
-                responses[i] = self._respond_one(feeds[i])
+                results[i] = self._run_one(feeds[i])
             return
         bounds = np.cumsum(sizes)[:-1]
-        per_output = [np.split(r, bounds) for r in results]
+        per_output = [np.split(r, bounds) for r in outputs]
         for k, i in enumerate(group):
-            responses[i] = self._response([parts[k] for parts in per_output])
+            results[i] = [parts[k] for parts in per_output]
 
-    def _respond_one(self, feed: dict[str, NDArray[Any]]) -> Any:
+    def _run_one(self, feed: dict[str, NDArray[Any]]) -> Result:
         try:
-            return self._response(self.session.run(self.output_names, feed))
+            return list(self.session.run(self.output_names, feed))
         except Exception as exc:
-            return _error(f"onnxruntime: {exc}")
+            return f"onnxruntime: {exc}"
 
-    def _response(self, arrays: list[NDArray[Any]]) -> Any:
-        tensors = [
+    def _tensors(self, arrays: list[NDArray[Any]], wanted: frozenset[str] | None = None) -> list[Any]:
+        """The outputs as Triton tensors; with ``wanted``, only those (a request's requested outputs)."""
+        return [
             pb_utils.Tensor(name, np.ascontiguousarray(a, dtype=dtype))
             for (name, dtype), a in zip(self.outputs, arrays, strict=True)
+            if wanted is None or name in wanted
         ]
-        return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
         if self.line is not None:
@@ -311,15 +335,27 @@ def _rows(request: Any) -> int:
     return int(inputs[0].shape()[0]) if inputs and inputs[0].shape() else 1
 
 
-class Pending:
-    """A request as the worker needs it: its sender and copies of its inputs (or why they failed)."""
+# One request's answer from ONNX Runtime: its output arrays in config order, or an error message.
+Result = list[NDArray[Any]] | str
 
-    __slots__ = ("error", "feed", "rows", "sender", "timeout_us")
+
+class Pending:
+    """A request as the worker needs it: its sender, copies of its inputs (or why they failed) and
+    the names of the outputs it asked for."""
+
+    __slots__ = ("error", "feed", "rows", "sender", "timeout_us", "wanted")
 
     def __init__(
-        self, sender: Any, feed: dict[str, NDArray[Any]], error: str | None, rows: int, timeout_us: int
+        self,
+        sender: Any,
+        feed: dict[str, NDArray[Any]],
+        error: str | None,
+        rows: int,
+        timeout_us: int,
+        wanted: frozenset[str],
     ):
-        self.sender, self.feed, self.error, self.rows, self.timeout_us = sender, feed, error, rows, timeout_us
+        self.sender, self.feed, self.error, self.rows = sender, feed, error, rows
+        self.timeout_us, self.wanted = timeout_us, wanted
 
 
 def _send(pending: Pending, response: Any) -> None:
