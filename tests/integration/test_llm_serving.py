@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,8 +99,8 @@ def test_generate_counts_and_length_finish(server: TritonServer) -> None:
     assert out.finish_reason == "length" and out.num_output_tokens == 7 and out.num_input_tokens >= 3
 
 
-def test_vllm_backend_client_works_unchanged(server: TritonServer) -> None:
-    """The calls Triton's vLLM-backend examples make: plain tritonclient, text_input + stream."""
+def _raw_stream_infer(server: TritonServer, flags: dict[str, bool], outputs: list[str] | None) -> Any:
+    """One request the way Triton's vLLM-backend examples send it: plain tritonclient, gRPC stream."""
     import queue
 
     import tritonclient.grpc as grpcclient
@@ -112,17 +113,34 @@ def test_vllm_backend_client_works_unchanged(server: TritonServer) -> None:
         ("text_input", np.array([b"The capital of France is"], dtype=np.object_), "BYTES"),
         ("stream", np.array([False]), "BOOL"),
         ("sampling_parameters", np.array([b'{"temperature": "0", "max_tokens": "8"}'], np.object_), "BYTES"),
+        *((flag, np.array([on]), "BOOL") for flag, on in flags.items()),
     ]:
         tensor = grpcclient.InferInput(name, [1], dtype)
         tensor.set_data_from_numpy(value)
         inputs.append(tensor)
-    client.async_stream_infer(MODEL, inputs, request_id="1")
+    wanted = None if outputs is None else [grpcclient.InferRequestedOutput(o) for o in outputs]
+    client.async_stream_infer(MODEL, inputs, outputs=wanted, request_id="1")
     result = results.get(timeout=120)
     client.stop_stream()
     client.close()
     assert not isinstance(result, Exception), result
-    text = result.as_numpy("text_output")[0].decode()  # type: ignore[attr-defined]
+    return result
+
+
+def test_vllm_backend_client_works_unchanged(server: TritonServer) -> None:
+    result = _raw_stream_infer(server, {}, None)
+    text = result.as_numpy("text_output")[0].decode()
     assert text.startswith("The capital of France is") and len(text) > len("The capital of France is")
+
+
+def test_only_the_outputs_asked_for_are_sent(server: TritonServer) -> None:
+    """Asked for two of the three outputs it enabled, a client gets those two, again and again."""
+    flags = {"return_num_output_tokens": True, "return_finish_reason": True}
+    for _ in range(20):
+        result = _raw_stream_infer(server, flags, ["text_output", "num_output_tokens"])
+        assert result.as_numpy("finish_reason") is None
+        assert result.as_numpy("num_output_tokens")[0] == 8
+    assert server.is_ready()
 
 
 BAD = [

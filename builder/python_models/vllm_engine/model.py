@@ -265,6 +265,9 @@ class Job:
     token_ids: list[int]
     sampling: Any
     lane: Any  # the Lane it runs on
+    # The outputs the request asked for (all when it named none). Only these are sent: the 2.51
+    # stub drops the others inside send() without the GIL, which is unsafe off its own thread.
+    wanted: frozenset[str]
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: Any = None
     done: bool = False
@@ -275,13 +278,14 @@ def tensor(name: str, values: list[Any], dtype: Any) -> Any:
 
 
 def response(job: Job, text: str, n_tokens: int, finish: Any) -> Any:
-    outputs = [tensor("text_output", [text.encode("utf-8")], np.object_)]
+    made: dict[str, tuple[list[Any], Any]] = {"text_output": ([text.encode("utf-8")], np.object_)}
     if "return_finish_reason" in job.parsed.returns:
-        outputs.append(tensor("finish_reason", [str(finish).encode("utf-8")], np.object_))
+        made["finish_reason"] = ([str(finish).encode("utf-8")], np.object_)
     if "return_num_input_tokens" in job.parsed.returns:
-        outputs.append(tensor("num_input_tokens", [len(job.token_ids)], np.uint32))
+        made["num_input_tokens"] = ([len(job.token_ids)], np.uint32)
     if "return_num_output_tokens" in job.parsed.returns:
-        outputs.append(tensor("num_output_tokens", [n_tokens], np.uint32))
+        made["num_output_tokens"] = ([n_tokens], np.uint32)
+    outputs = [tensor(name, values, dtype) for name, (values, dtype) in made.items() if name in job.wanted]
     return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
@@ -536,7 +540,7 @@ class TritonPythonModel:
         except (TypeError, ValueError) as exc:
             raise BadRequest(f"sampling_parameters: {exc}".splitlines()[0]) from None
         lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
-        return Job(sender, parsed, text, ids, params, lane)
+        return Job(sender, parsed, text, ids, params, lane, frozenset(request.requested_output_names()))
 
     def _render(self, parsed: Parsed) -> str:
         if parsed.messages is None:
