@@ -53,6 +53,14 @@ def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
     return max(1, (os.cpu_count() or 1) // _instances(config))
 
 
+def _spinning(params: dict[str, str]) -> bool:
+    """Whether ORT's idle intra-op workers spin waiting for work: only when the config's
+    ``allow_spinning`` parameter says so. Triton, its Python stub and the clients share the cores
+    with ONNX Runtime here; a spinning worker takes a core from them between runs, and served
+    light_cnn ran 1.5x faster at concurrency 1 without it (bench/runner_overhead.py)."""
+    return params.get("allow_spinning", "").lower() in ("1", "true")
+
+
 def _instances(config: dict[str, Any]) -> int:
     return sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
 
@@ -66,12 +74,12 @@ class TritonPythonModel:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = _threads(params, config)
         options.inter_op_num_threads = 1
-        if _instances(config) > 1:
-            # Idle workers spinning on shared cores slow the other instances down.
+        if not _spinning(params):
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         path = folder / params.get("onnx_file", "model.onnx")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._run = self.session.run
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.inputs = [(i.name, ORT_TYPES.get(i.type)) for i in self.session.get_inputs()]
         self.outputs = [
@@ -79,6 +87,9 @@ class TritonPythonModel:
         ]
         self.output_names = [name for name, _ in self.outputs]
         self.line = BoundedLine.from_params(params, _instances(config))
+        timings = os.environ.get(TIMINGS_ENV, "")
+        if timings and self.line is None:
+            Timings(Path(timings) / f"{args['model_name']}.{os.getpid()}.jsonl").attach(self)
         if self.line is not None:
             self.max_rows = max(1, int(config.get("max_batch_size", 0)))
             self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
@@ -86,6 +97,8 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
+            if len(requests) == 1:  # nothing to group or split: straight to the run
+                return [self._answer_one(requests[0])]
             return self._answer(requests)
         # Inputs are copied and the sender taken now: once execute returns, the stub may free
         # the request's tensors, and the worker must not touch them (it crashed the stub).
@@ -128,6 +141,13 @@ class TritonPythonModel:
             self._run_group(group, feeds, responses)
         return responses
 
+    def _answer_one(self, request: Any) -> Any:
+        try:
+            feed = self._feed(request)
+        except Exception as exc:
+            return _error(f"bad input: {exc}")
+        return self._respond_one(feed)
+
     def _answer(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         feeds: dict[int, dict[str, NDArray[Any]]] = {}
@@ -168,21 +188,29 @@ class TritonPythonModel:
             return
         members = [feeds[i] for i in group]
         sizes = [next(iter(f.values())).shape[0] for f in members]
-        batch = {name: np.concatenate([f[name] for f in members]) for name in members[0]}
+        batch = self._concat(members)
         try:
-            results = self.session.run(self.output_names, batch)
+            results = self._run(self.output_names, batch)
         except Exception:
             for i in group:  # find the culprit: the others still get their answers
                 responses[i] = self._respond_one(feeds[i])
             return
-        bounds = np.cumsum(sizes)[:-1]
-        per_output = [np.split(r, bounds) for r in results]
+        per_output = self._split(results, sizes)
         for k, i in enumerate(group):
             responses[i] = self._response([parts[k] for parts in per_output])
 
+    @staticmethod
+    def _concat(members: list[dict[str, NDArray[Any]]]) -> dict[str, NDArray[Any]]:
+        return {name: np.concatenate([f[name] for f in members]) for name in members[0]}
+
+    @staticmethod
+    def _split(results: list[NDArray[Any]], sizes: list[int]) -> list[list[NDArray[Any]]]:
+        bounds = np.cumsum(sizes)[:-1]
+        return [np.split(r, bounds) for r in results]
+
     def _respond_one(self, feed: dict[str, NDArray[Any]]) -> Any:
         try:
-            return self._response(self.session.run(self.output_names, feed))
+            return self._response(self._run(self.output_names, feed))
         except Exception as exc:
             return _error(f"onnxruntime: {exc}")
 
@@ -194,10 +222,70 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
+        if isinstance(self.execute, Timed):
+            self.execute.timings.flush()
         if self.line is not None:
             self.line.close()  # the worker answers what is queued, then stops
             self.worker.join(timeout=30)
         self.session = None
+
+
+# Opt-in profile of ``execute``: with this variable naming a folder, each instance appends one
+# JSON line per ``execute`` to ``<folder>/<model>.<pid>.jsonl``: the requests handed over and the
+# nanoseconds spent in each phase (feed: reading the inputs from the stub, astype included;
+# concat; run: ONNX Runtime; split; response: output tensors and responses; execute: all of it).
+# Unset (the default), nothing is wrapped and nothing is timed.
+TIMINGS_ENV = "TRITONFORGE_RUNNER_TIMINGS"
+PHASES = ("_feed", "_concat", "_run", "_split", "_response")
+
+
+class Timings:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.current: dict[str, int] = {}
+        self.lines: list[str] = []
+        self.flushed = time.monotonic()
+
+    def attach(self, model: TritonPythonModel) -> None:
+        """Wrap the model's phases (instance attributes shadow the methods) and its execute."""
+        for phase in PHASES:
+            setattr(model, phase, self._timed(phase.lstrip("_"), getattr(model, phase)))
+        model.execute = Timed(self, model.execute)  # type: ignore[method-assign]
+
+    def _timed(self, phase: str, fn: Any) -> Any:
+        def timed(*args: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return fn(*args)
+            finally:
+                self.current[phase] = self.current.get(phase, 0) + time.perf_counter_ns() - start
+
+        return timed
+
+    def record(self, requests: int, ns: int) -> None:
+        self.lines.append(json.dumps({"requests": requests, "execute": ns, **self.current}))
+        self.current = {}
+        if time.monotonic() - self.flushed > 0.5:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            with self.path.open("a") as out:
+                out.write("\n".join(self.lines) + "\n")
+            self.lines = []
+        self.flushed = time.monotonic()
+
+
+class Timed:
+    def __init__(self, timings: Timings, execute: Any) -> None:
+        self.timings, self.inner = timings, execute
+
+    def __call__(self, requests: list[Any]) -> Any:
+        start = time.perf_counter_ns()
+        out = self.inner(requests)
+        self.timings.record(len(requests), time.perf_counter_ns() - start)
+        return out
 
 
 # The share of a timeout the line plans to use: the rest is for what it cannot see (the request's
