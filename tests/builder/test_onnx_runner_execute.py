@@ -114,9 +114,12 @@ def test_a_bad_lone_request_fails_alone(runner: Any, tmp_path: Path) -> None:
     assert response.error and "onnxruntime" in response.error
 
 
-def test_workers_spin_only_where_the_config_asks(runner: Any) -> None:
-    assert not runner._spinning({}) and not runner._spinning({"allow_spinning": "0"})
-    assert runner._spinning({"allow_spinning": "true"}) and runner._spinning({"allow_spinning": "1"})
+def test_spinning_follows_the_parameter_else_the_instance_count(runner: Any) -> None:
+    one = {"instance_group": [{"count": 1}]}
+    two = {"instance_group": [{"count": 2}]}
+    assert runner._spinning({}, one) and not runner._spinning({}, two)
+    assert not runner._spinning({"allow_spinning": "0"}, one)
+    assert runner._spinning({"allow_spinning": "true"}, two)
 
 
 def test_timings_are_off_unless_asked(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:

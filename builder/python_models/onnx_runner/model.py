@@ -53,12 +53,16 @@ def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
     return max(1, (os.cpu_count() or 1) // _instances(config))
 
 
-def _spinning(params: dict[str, str]) -> bool:
-    """Whether ORT's idle intra-op workers spin waiting for work: only when the config's
-    ``allow_spinning`` parameter says so. Triton, its Python stub and the clients share the cores
-    with ONNX Runtime here; a spinning worker takes a core from them between runs, and served
-    light_cnn ran 1.5x faster at concurrency 1 without it (bench/runner_overhead.py)."""
-    return params.get("allow_spinning", "").lower() in ("1", "true")
+def _spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
+    """Whether ORT's idle intra-op workers spin waiting for work: as the config's ``allow_spinning``
+    parameter says, else only with one instance (several spinning instances slow each other).
+    Which wins depends on the machine's other load (bench/runner_overhead.py): with other work
+    on the two cores, workers that sleep served light_cnn 1.9x faster at concurrency 1; on a
+    quiet machine spinning was 6-9 % faster."""
+    given = params.get("allow_spinning", "").lower()
+    if given in ("0", "1", "false", "true"):
+        return given in ("1", "true")
+    return _instances(config) == 1
 
 
 def _instances(config: dict[str, Any]) -> int:
@@ -74,7 +78,7 @@ class TritonPythonModel:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = _threads(params, config)
         options.inter_op_num_threads = 1
-        if not _spinning(params):
+        if not _spinning(params, config):
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         path = folder / params.get("onnx_file", "model.onnx")
