@@ -221,7 +221,8 @@ def workload(repo: Path, served: str, spec: dict[str, Any], feed: Callable[[int]
 
 
 def ort_session(path: Path, threads: int) -> Any:
-    """The session the onnx_runner model creates (same options, same intra-op thread count)."""
+    """The session the onnx_runner model creates (same options, same intra-op thread count), but
+    with ONNX Runtime's default spinning workers: alone on the machine they are its fastest."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -274,15 +275,28 @@ def sweep(
         url, w.model, shapes=w.shapes or None, concurrency=concurrency, out_dir=WORK / "perf" / tag,
         metrics_url=metrics_url, settings=settings, stem=tag,
     )  # fmt: skip
-    return [_point(p) for p in report.points]
+    return [_point(p, w.model) for p in report.points]
 
 
-def _point(p: Any) -> dict[str, Any]:
+def _point(p: Any, model: str) -> dict[str, Any]:
     keep = ("value", "throughput", "p50_ms", "p99_ms", "server_queue_ms", "server_compute_ms",
             "server_avg_batch", "request_count")  # fmt: skip
     out = {k: getattr(p, k) for k in keep}
     out["concurrency"] = int(out.pop("value"))
-    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in out.items()}
+    # The server's own split per request for the measured model (Prometheus counters, us).
+    own = (p.models or {}).get(model, {})
+    out["server_split_us"] = {k: own.get(k) for k in SPLIT} if own else None
+    return _clean(out)
+
+
+# The server-side phases of one request, as Triton's counters split it.
+SPLIT = ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return None if isinstance(value, float) and np.isnan(value) else value
 
 
 def best(points: list[dict[str, Any]]) -> dict[str, Any]:

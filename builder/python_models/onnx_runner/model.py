@@ -62,6 +62,18 @@ def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
     return max(1, (os.cpu_count() or 1) // _instances(config))
 
 
+def _spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
+    """Whether ORT's idle intra-op workers spin waiting for work: as the config's ``allow_spinning``
+    parameter says, else only with one instance (several spinning instances slow each other).
+    Which wins depends on the machine's other load (bench/runner_overhead.py): with other work
+    on the two cores, workers that sleep served light_cnn 1.9x faster at concurrency 1; on a
+    quiet machine spinning was 6-9 % faster."""
+    given = params.get("allow_spinning", "").lower()
+    if given in ("0", "1", "false", "true"):
+        return given in ("1", "true")
+    return _instances(config) == 1
+
+
 def _instances(config: dict[str, Any]) -> int:
     return sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
 
@@ -75,12 +87,12 @@ class TritonPythonModel:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = _threads(params, config)
         options.inter_op_num_threads = 1
-        if _instances(config) > 1:
-            # Idle workers spinning on shared cores slow the other instances down.
+        if not _spinning(params, config):
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         path = folder / params.get("onnx_file", "model.onnx")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._run = self.session.run
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.inputs = [(i.name, ORT_TYPES.get(i.type)) for i in self.session.get_inputs()]
         self.outputs = [
@@ -88,6 +100,9 @@ class TritonPythonModel:
         ]
         self.output_names = [name for name, _ in self.outputs]
         self.line = BoundedLine.from_params(params, _instances(config))
+        timings = os.environ.get(TIMINGS_ENV, "")
+        if timings and self.line is None:
+            Timings(Path(timings) / f"{args['model_name']}.{os.getpid()}.jsonl").attach(self)
         if self.line is not None:
             self.max_rows = max(1, int(config.get("max_batch_size", 0)))
             self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
@@ -95,6 +110,8 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
+            if len(requests) == 1:  # nothing to group or split: straight to the run
+                return [self._answer_one(requests[0])]
             return self._answer(requests)
         # Inputs are copied, the sender and the requested output names taken now: the worker
         # keeps no request object past execute (the stub frees them when execute returns).
@@ -157,10 +174,15 @@ class TritonPythonModel:
                 results[i] = f"bad input: {exc}"
         for group in self._groups(feeds):
             self._run_group(group, feeds, results)
-        return [
-            _error(r) if isinstance(r, str) else pb_utils.InferenceResponse(output_tensors=self._tensors(r))
-            for r in results
-        ]
+        return [_error(r) if isinstance(r, str) else self._response(r) for r in results]
+
+    def _answer_one(self, request: Any) -> Any:
+        try:
+            feed = self._feed(request)
+        except Exception as exc:
+            return _error(f"bad input: {exc}")
+        result = self._run_one(feed)
+        return _error(result) if isinstance(result, str) else self._response(result)
 
     def _feed(self, request: Any) -> dict[str, NDArray[Any]]:
         feed = {}
@@ -191,23 +213,34 @@ class TritonPythonModel:
             return
         members = [feeds[i] for i in group]
         sizes = [next(iter(f.values())).shape[0] for f in members]
-        batch = {name: np.concatenate([f[name] for f in members]) for name in members[0]}
+        batch = self._concat(members)
         try:
-            outputs = self.session.run(self.output_names, batch)
+            outputs = self._run(self.output_names, batch)
         except Exception:
             for i in group:  # find the culprit: the others still get their answers
                 results[i] = self._run_one(feeds[i])
             return
-        bounds = np.cumsum(sizes)[:-1]
-        per_output = [np.split(r, bounds) for r in outputs]
+        per_output = self._split(outputs, sizes)
         for k, i in enumerate(group):
             results[i] = [parts[k] for parts in per_output]
 
+    @staticmethod
+    def _concat(members: list[dict[str, NDArray[Any]]]) -> dict[str, NDArray[Any]]:
+        return {name: np.concatenate([f[name] for f in members]) for name in members[0]}
+
+    @staticmethod
+    def _split(outputs: list[NDArray[Any]], sizes: list[int]) -> list[list[NDArray[Any]]]:
+        bounds = np.cumsum(sizes)[:-1]
+        return [np.split(r, bounds) for r in outputs]
+
     def _run_one(self, feed: dict[str, NDArray[Any]]) -> Result:
         try:
-            return list(self.session.run(self.output_names, feed))
+            return list(self._run(self.output_names, feed))
         except Exception as exc:
             return f"onnxruntime: {exc}"
+
+    def _response(self, arrays: list[NDArray[Any]]) -> Any:
+        return pb_utils.InferenceResponse(output_tensors=self._tensors(arrays))
 
     def _tensors(self, arrays: list[NDArray[Any]], wanted: frozenset[str] | None = None) -> list[Any]:
         """The outputs as Triton tensors; with ``wanted``, only those (a request's requested outputs)."""
@@ -218,10 +251,65 @@ class TritonPythonModel:
         ]
 
     def finalize(self) -> None:
+        if isinstance(self.execute, Timed):
+            self.execute.timings.flush()
         if self.line is not None:
             self.line.close()  # the worker answers what is queued, then stops
             self.worker.join(timeout=30)
         self.session = None
+
+
+TIMINGS_ENV = "TRITONFORGE_RUNNER_TIMINGS"
+PHASES = ("_feed", "_concat", "_run", "_split", "_response")
+
+
+class Timings:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.current: dict[str, int] = {}
+        self.lines: list[str] = []
+        self.flushed = time.monotonic()
+
+    def attach(self, model: TritonPythonModel) -> None:
+        """Wrap the model's phases (instance attributes shadow the methods) and its execute."""
+        for phase in PHASES:
+            setattr(model, phase, self._timed(phase.lstrip("_"), getattr(model, phase)))
+        model.execute = Timed(self, model.execute)  # type: ignore[method-assign]
+
+    def _timed(self, phase: str, fn: Any) -> Any:
+        def timed(*args: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return fn(*args)
+            finally:
+                self.current[phase] = self.current.get(phase, 0) + time.perf_counter_ns() - start
+
+        return timed
+
+    def record(self, requests: int, ns: int) -> None:
+        self.lines.append(json.dumps({"requests": requests, "execute": ns, **self.current}))
+        self.current = {}
+        if time.monotonic() - self.flushed > 0.5:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            with self.path.open("a") as out:
+                out.write("\n".join(self.lines) + "\n")
+            self.lines = []
+        self.flushed = time.monotonic()
+
+
+class Timed:
+    def __init__(self, timings: Timings, execute: Any) -> None:
+        self.timings, self.inner = timings, execute
+
+    def __call__(self, requests: list[Any]) -> Any:
+        start = time.perf_counter_ns()
+        out = self.inner(requests)
+        self.timings.record(len(requests), time.perf_counter_ns() - start)
+        return out
 
 
 # The share of a timeout the line plans to use: the rest is for what it cannot see (the request's

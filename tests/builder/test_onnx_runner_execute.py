@@ -1,0 +1,141 @@
+"""The onnx_runner model's execute driven without a server (a stand-in for the backend's utils):
+a lone request's short path, a batch concatenated and split back, the opt-in phase timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+RUNNER = Path(__file__).parents[2] / "builder" / "python_models" / "onnx_runner" / "model.py"
+
+
+class Tensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self.name, self.array = name, array
+
+    def as_numpy(self) -> np.ndarray:
+        return self.array
+
+
+class Response:
+    def __init__(self, output_tensors: list[Tensor] | None = None, error: Any = None) -> None:
+        self.output_tensors, self.error = output_tensors or [], error
+
+
+class Request:
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+
+def _utils() -> types.ModuleType:
+    utils = types.ModuleType("triton_python_backend_utils")
+    utils.Tensor = Tensor  # type: ignore[attr-defined]
+    utils.InferenceResponse = Response  # type: ignore[attr-defined]
+    utils.TritonError = lambda message, *code: message  # type: ignore[attr-defined]
+    utils.triton_string_to_numpy = lambda name: np.float32  # type: ignore[attr-defined]
+    utils.get_input_tensor_by_name = (  # type: ignore[attr-defined]
+        lambda request, name: Tensor(name, request.x) if name == "X" else None
+    )
+    return utils
+
+
+@pytest.fixture(scope="module")
+def runner() -> Any:
+    stub = _utils()
+    saved = sys.modules.get(stub.__name__)
+    sys.modules[stub.__name__] = stub
+    try:
+        spec = importlib.util.spec_from_file_location("onnx_runner_execute_under_test", RUNNER)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        if saved is None:
+            sys.modules.pop(stub.__name__, None)
+        else:
+            sys.modules[stub.__name__] = saved
+
+
+def _model(tmp_path: Path, runner: Any, **params: str) -> Any:
+    """Y = X * 2 on [batch, 4], served as the local target writes it."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "X"], ["Y"])], "double",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])],
+    )  # fmt: skip
+    (tmp_path / "1").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9),
+              tmp_path / "1" / "model.onnx")  # fmt: skip
+    config = {
+        "max_batch_size": 8, "output": [{"name": "Y", "data_type": "TYPE_FP32"}],
+        "instance_group": [{"count": 1}],
+        "parameters": {k: {"string_value": v} for k, v in {"intra_op_threads": "1", **params}.items()},
+    }  # fmt: skip
+    model = runner.TritonPythonModel()
+    model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path),
+                      "model_version": "1", "model_name": "double"})  # fmt: skip
+    return model
+
+
+def _x(rows: int, start: float = 0.0) -> np.ndarray:
+    return (np.arange(rows * 4, dtype=np.float32) + start).reshape(rows, 4)
+
+
+def test_a_lone_request_takes_the_short_path(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    model = _model(tmp_path, runner)
+    monkeypatch.setattr(model, "_groups", lambda feeds: pytest.fail("a lone request is not grouped"))
+    (response,) = model.execute([Request(_x(3))])
+    np.testing.assert_array_equal(response.output_tensors[0].array, _x(3) * 2)
+
+
+def test_requests_handed_over_together_are_run_once_and_split_back(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner)
+    runs = []
+    run = model._run
+    model._run = lambda names, feed: runs.append(feed["X"].shape) or run(names, feed)
+    responses = model.execute([Request(_x(1)), Request(_x(2, 100)), Request(_x(3, 200))])
+    assert runs == [(6, 4)]
+    for response, x in zip(responses, [_x(1), _x(2, 100), _x(3, 200)], strict=True):
+        np.testing.assert_array_equal(response.output_tensors[0].array, x * 2)
+
+
+def test_a_bad_lone_request_fails_alone(runner: Any, tmp_path: Path) -> None:
+    (response,) = _model(tmp_path, runner).execute([Request(np.zeros((1, 5), np.float32))])
+    assert response.error and "onnxruntime" in response.error
+
+
+def test_spinning_follows_the_parameter_else_the_instance_count(runner: Any) -> None:
+    one = {"instance_group": [{"count": 1}]}
+    two = {"instance_group": [{"count": 2}]}
+    assert runner._spinning({}, one) and not runner._spinning({}, two)
+    assert not runner._spinning({"allow_spinning": "0"}, one)
+    assert runner._spinning({"allow_spinning": "true"}, two)
+
+
+def test_timings_are_off_unless_asked(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv(runner.TIMINGS_ENV, raising=False)
+    model = _model(tmp_path, runner)
+    assert "execute" not in vars(model) and "_feed" not in vars(model)
+
+
+def test_timings_record_each_phase_per_execute(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv(runner.TIMINGS_ENV, str(tmp_path / "timings"))
+    model = _model(tmp_path, runner)
+    model.execute([Request(_x(1))])
+    model.execute([Request(_x(1)), Request(_x(2))])
+    model.finalize()
+    (log,) = (tmp_path / "timings").glob("double.*.jsonl")
+    lone, pair = (json.loads(line) for line in log.read_text().splitlines())
+    assert lone["requests"] == 1 and {"feed", "run", "response"} <= set(lone) and "concat" not in lone
+    assert pair["requests"] == 2 and {"feed", "concat", "run", "split", "response"} <= set(pair)
+    assert all(pair[k] <= pair["execute"] for k in ("feed", "concat", "run", "split", "response"))
