@@ -56,6 +56,12 @@ def _no_batching(cfg: ModelConfig) -> None:
     cfg.ClearField("dynamic_batching")
 
 
+def _unbounded(cfg: ModelConfig) -> None:
+    """No line of the runner's own: Triton's batcher hands requests to a synchronous execute."""
+    for key in ("max_queue_size", "queue_timeout_us", "allow_timeout_override"):
+        cfg.parameters.pop(key, None)
+
+
 def _instances(count: int) -> Edit:
     def edit(cfg: ModelConfig) -> None:
         cfg.instance_group[0].count = count
@@ -67,6 +73,7 @@ def _instances(count: int) -> Edit:
 VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "before": ([], True),  # the runner and config as they were
     "default": ([], False),  # this tree's runner and config
+    "unbounded": ([_unbounded], False),
     "no_batching": ([_no_batching], False),
     "no_spin": ([_param("allow_spinning", "0")], False),
     "spin": ([_param("allow_spinning", "1")], False),
