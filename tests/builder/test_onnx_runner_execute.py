@@ -3,10 +3,9 @@ a lone request's short path, a batch concatenated and split back, the opt-in pha
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-RUNNER = Path(__file__).parents[2] / "builder" / "python_models" / "onnx_runner" / "model.py"
+from tests.builder.fixtures.onnx_runner import loaded_runner
 
 
 class Tensor:
@@ -49,21 +48,9 @@ def _utils() -> types.ModuleType:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Any:
-    stub = _utils()
-    saved = sys.modules.get(stub.__name__)
-    sys.modules[stub.__name__] = stub
-    try:
-        spec = importlib.util.spec_from_file_location("onnx_runner_execute_under_test", RUNNER)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+def runner() -> Iterator[Any]:
+    with loaded_runner(_utils(), "onnx_runner_execute_under_test") as module:
         yield module
-    finally:
-        if saved is None:
-            sys.modules.pop(stub.__name__, None)
-        else:
-            sys.modules[stub.__name__] = saved
 
 
 def _model(tmp_path: Path, runner: Any, **params: str) -> Any:

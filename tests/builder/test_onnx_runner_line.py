@@ -3,35 +3,20 @@ policy), driven without a server: its admission, deadlines and batch forming."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 import types
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-RUNNER = Path(__file__).parents[2] / "builder" / "python_models" / "onnx_runner" / "model.py"
+from tests.builder.fixtures.onnx_runner import loaded_runner
 
 
 @pytest.fixture(scope="module")
-def runner() -> Any:
-    """The model module with a stand-in for the backend's utils (only the server has them)."""
-    stub = types.ModuleType("triton_python_backend_utils")
-    saved = sys.modules.get(stub.__name__)
-    sys.modules[stub.__name__] = stub
-    try:
-        spec = importlib.util.spec_from_file_location("onnx_runner_under_test", RUNNER)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+def runner() -> Iterator[Any]:
+    with loaded_runner(types.ModuleType("triton_python_backend_utils"), "onnx_runner_under_test") as module:
         yield module
-    finally:
-        if saved is None:
-            sys.modules.pop(stub.__name__, None)
-        else:
-            sys.modules[stub.__name__] = saved
 
 
 class Tensor:
