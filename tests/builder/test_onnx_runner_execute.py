@@ -1,9 +1,11 @@
 """The onnx_runner model's execute driven without a server (a stand-in for the backend's utils):
-a lone request's short path, a batch concatenated and split back, the opt-in phase timings."""
+a lone request's short path, a batch concatenated and split back, when a bounded model answers in
+execute and when it hands over to its line's worker, the opt-in phase timings."""
 
 from __future__ import annotations
 
 import json
+import queue
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +32,38 @@ class Response:
         self.output_tensors, self.error = output_tensors or [], error
 
 
+class Sender:
+    def __init__(self) -> None:
+        self.sent: queue.Queue[Response] = queue.Queue()
+
+    def send(self, response: Response, flags: int = 0) -> None:
+        self.sent.put(response)
+
+
+class Shape:
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+    def shape(self) -> list[int]:
+        return list(self.x.shape)
+
+
 class Request:
     def __init__(self, x: np.ndarray) -> None:
         self.x = x
+        self.sender = Sender()
+
+    def inputs(self) -> list[Shape]:
+        return [Shape(self.x)]
+
+    def requested_output_names(self) -> list[str]:
+        return ["Y"]
+
+    def get_response_sender(self) -> Sender:
+        return self.sender
+
+    def timeout(self) -> int:
+        return 0
 
 
 def _utils() -> types.ModuleType:
@@ -41,6 +72,7 @@ def _utils() -> types.ModuleType:
     utils.InferenceResponse = Response  # type: ignore[attr-defined]
     utils.TritonError = lambda message, *code: message  # type: ignore[attr-defined]
     utils.triton_string_to_numpy = lambda name: np.float32  # type: ignore[attr-defined]
+    utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # type: ignore[attr-defined]
     utils.get_input_tensor_by_name = (  # type: ignore[attr-defined]
         lambda request, name: Tensor(name, request.x) if name == "X" else None
     )
@@ -53,7 +85,8 @@ def runner() -> Iterator[Any]:
         yield module
 
 
-def _model(tmp_path: Path, runner: Any, **params: str) -> Any:
+def _model(tmp_path: Path, runner: Any, max_batch_size: int = 8, preferred: tuple[int, ...] = (),
+           **params: str) -> Any:  # fmt: skip
     """Y = X * 2 on [batch, 4], served as the local target writes it."""
     graph = helper.make_graph(
         [helper.make_node("Add", ["X", "X"], ["Y"])], "double",
@@ -64,8 +97,8 @@ def _model(tmp_path: Path, runner: Any, **params: str) -> Any:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9),
               tmp_path / "1" / "model.onnx")  # fmt: skip
     config = {
-        "max_batch_size": 8, "output": [{"name": "Y", "data_type": "TYPE_FP32"}],
-        "instance_group": [{"count": 1}],
+        "max_batch_size": max_batch_size, "output": [{"name": "Y", "data_type": "TYPE_FP32"}],
+        "instance_group": [{"count": 1}], "dynamic_batching": {"preferred_batch_size": list(preferred)},
         "parameters": {k: {"string_value": v} for k, v in {"intra_op_threads": "1", **params}.items()},
     }  # fmt: skip
     model = runner.TritonPythonModel()
@@ -99,6 +132,48 @@ def test_requests_handed_over_together_are_run_once_and_split_back(runner: Any, 
 def test_a_bad_lone_request_fails_alone(runner: Any, tmp_path: Path) -> None:
     (response,) = _model(tmp_path, runner).execute([Request(np.zeros((1, 5), np.float32))])
     assert response.error and "onnxruntime" in response.error
+
+
+def _answered_by_the_worker(model: Any, requests: list[Request]) -> bool:
+    """Executes the requests; whether the answers came through the senders (the line's worker),
+    each checked, rather than from execute."""
+    returned = model.execute(requests)
+    try:
+        answers = returned or [r.sender.sent.get(timeout=10) for r in requests]
+        for answer, request in zip(answers, requests, strict=True):
+            np.testing.assert_array_equal(answer.output_tensors[0].array, request.x * 2)
+        return returned is None
+    finally:
+        model.finalize()
+
+
+def test_a_bounded_model_answers_in_execute_what_emptied_tritons_queue(runner: Any, tmp_path: Path) -> None:
+    """Room left for one more: Triton had no more, and keeps forming batches while this one runs."""
+    model = _model(tmp_path, runner, max_queue_size="16")
+    assert not _answered_by_the_worker(model, [Request(_x(2)), Request(_x(1, 10)), Request(_x(2, 20))])
+
+
+def test_a_full_batch_goes_to_the_line_where_the_rest_is_counted(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner, max_queue_size="16")
+    assert _answered_by_the_worker(model, [Request(_x(4)), Request(_x(3, 10))])  # no room for 4 more
+
+
+def test_a_preferred_size_goes_to_the_line(runner: Any, tmp_path: Path) -> None:
+    """Triton stops at a preferred size with more waiting."""
+    model = _model(tmp_path, runner, preferred=(2,), max_queue_size="16")
+    assert _answered_by_the_worker(model, [Request(_x(1)), Request(_x(1, 10))])
+
+
+def test_behind_a_busy_line_requests_wait_their_turn(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner, max_queue_size="16")
+    model.line.rows_ahead = 1  # as while the worker runs a batch
+    assert _answered_by_the_worker(model, [Request(_x(1))])
+
+
+def test_without_batching_a_bounded_model_always_uses_its_line(runner: Any, tmp_path: Path) -> None:
+    """One request per execute whatever Triton holds: execute cannot tell an empty queue."""
+    model = _model(tmp_path, runner, max_batch_size=0, max_queue_size="16")
+    assert _answered_by_the_worker(model, [Request(_x(1))])
 
 
 def test_spinning_follows_the_parameter_else_the_instance_count(runner: Any) -> None:

@@ -7,12 +7,16 @@ back into per-request views. A failing group is retried request by request
 so that one bad request fails alone.
 
 With a bounded queue (parameters ``max_queue_size`` / ``queue_timeout_us``, written on the
-``local`` target in place of Triton's queue policy) ``execute`` only queues the requests and
-returns; a worker thread runs them and answers through each request's response sender. That
-keeps the instance thread waiting for Triton's next payload, which tritonserver 2.51's batcher
-needs in order to wake for a new request when a queue policy is set (bench/queue_stall.py), and
-it puts the bound where it can be counted: requests beyond ``max_queue_size`` waiting, or
-waiting longer than the timeout, get Triton's own UNAVAILABLE error and messages.
+``local`` target in place of Triton's queue policy) the model keeps a line of its own, where the
+bound can be counted: requests beyond ``max_queue_size`` waiting, or waiting longer than the
+timeout, get Triton's own UNAVAILABLE error and messages. While the line is empty and Triton's
+batch is all Triton had queued (smaller than a full batch), ``execute`` answers it at once, as
+without a bound: Triton keeps forming batches while it runs, which a ~1 ms model needs (handing
+each request to the worker cost light_cnn its batching, bench/runner_overhead.py). Otherwise
+``execute`` only queues the requests and returns, so Triton hands over the rest of its queue at
+once, and a worker thread runs the line in batches and answers through each request's response
+sender. (Triton's own queue policy is not an option there: tritonserver 2.51's batcher then stalls
+up to 500 ms for a new request, bench/queue_stall.py.)
 
 The worker's responses carry only the outputs each request asked for. The 2.51 stub's
 ``InferenceResponseSender.send`` releases the GIL and then drops the output tensors the request
@@ -100,32 +104,54 @@ class TritonPythonModel:
         ]
         self.output_names = [name for name, _ in self.outputs]
         self.line = BoundedLine.from_params(params, _instances(config))
+        self.max_rows = max(1, int(config.get("max_batch_size", 0)))
+        batcher = config.get("dynamic_batching") or {}
+        self.preferred = frozenset(int(n) for n in batcher.get("preferred_batch_size", []))
         timings = os.environ.get(TIMINGS_ENV, "")
-        if timings and self.line is None:
+        if timings:
             Timings(Path(timings) / f"{args['model_name']}.{os.getpid()}.jsonl").attach(self)
         if self.line is not None:
-            self.max_rows = max(1, int(config.get("max_batch_size", 0)))
             self.worker = threading.Thread(target=self._serve_line, name="onnx_runner", daemon=True)
             self.worker.start()
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.line is None:
-            if len(requests) == 1:  # nothing to group or split: straight to the run
-                return [self._answer_one(requests[0])]
-            return self._answer(requests)
+            return self._answer_now(requests)
+        rows = [_rows(r) for r in requests]
+        if self.line.idle() and self._all_triton_had(rows):
+            start = time.perf_counter()
+            responses = self._answer_now(requests)
+            self.line.paced(sum(rows), time.perf_counter() - start)
+            return responses
         # Inputs are copied, the sender and the requested output names taken now: the worker
         # keeps no request object past execute (the stub frees them when execute returns).
-        for pending, refusal in self.line.offer([self._capture(r) for r in requests]):
+        captured = [self._capture(r, n) for r, n in zip(requests, rows, strict=True)]
+        for pending, refusal in self.line.offer(captured):
             _send(pending, _rejected(refusal))
         return None
 
-    def _capture(self, request: Any) -> Pending:
+    def _all_triton_had(self, rows: list[int]) -> bool:
+        """Whether Triton's batch left its queue empty. Triton forms the largest batch it can, so a
+        batch with room for one more of its requests took all there was, unless it is one of the
+        preferred sizes Triton stops at. A model without batching gets one request at a time and
+        cannot tell."""
+        if not self.batched:
+            return False
+        total = sum(rows)
+        return total not in self.preferred and total + max(rows) <= self.max_rows
+
+    def _answer_now(self, requests: list[Any]) -> list[Any]:
+        if len(requests) == 1:  # nothing to group or split: straight to the run
+            return [self._answer_one(requests[0])]
+        return self._answer(requests)
+
+    def _capture(self, request: Any, rows: int) -> Pending:
         try:
             feed, error = {k: np.array(v, copy=True) for k, v in self._feed(request).items()}, None
         except Exception as exc:
             feed, error = {}, f"bad input: {exc}"
         wanted = frozenset(request.requested_output_names())
-        return Pending(request.get_response_sender(), feed, error, _rows(request), request.timeout(), wanted)
+        return Pending(request.get_response_sender(), feed, error, rows, request.timeout(), wanted)
 
     def _serve_line(self) -> None:
         assert self.line is not None
@@ -403,13 +429,28 @@ class BoundedLine:
         return max(1, min(max_rows, int(self.timeout_us * 1000 * HEADROOM / 4 / self.ns_per_row)))
 
     def done(self, rows: int, seconds: float) -> None:
-        """A batch of ``rows`` took ``seconds``: update the pace (moving average) and the rows ahead."""
+        """The worker ran a batch of ``rows`` in ``seconds``: they are no longer ahead."""
         with self.ready:
             self.rows_ahead = max(0, self.rows_ahead - rows)
-            self.batches += 1
-            if rows and self.batches > 1:  # the first run is the slow cold one
-                pace = seconds * 1e9 / rows
-                self.ns_per_row = pace if not self.ns_per_row else 0.7 * self.ns_per_row + 0.3 * pace
+            self._pace(rows, seconds)
+
+    def paced(self, rows: int, seconds: float) -> None:
+        """A batch answered outside the line took ``seconds``: the pace learns from it too."""
+        with self.ready:
+            self._pace(rows, seconds)
+
+    def _pace(self, rows: int, seconds: float) -> None:
+        """The pace per row, a moving average over batches after the slow cold first one."""
+        self.batches += 1
+        if rows and self.batches > 1:
+            pace = seconds * 1e9 / rows
+            self.ns_per_row = pace if not self.ns_per_row else 0.7 * self.ns_per_row + 0.3 * pace
+
+    def idle(self) -> bool:
+        """Nothing waiting and nothing running (``execute`` is the only one adding to the line,
+        so this stays true while it answers a batch itself)."""
+        with self.ready:
+            return self.rows_ahead == 0 and not self.closed
 
     def close(self) -> None:
         with self.ready:
