@@ -4,7 +4,8 @@
 
 Every ratio is measured side by side in one run (client, server and model share this machine's
 cores; absolute figures drift between runs). ``--quick`` is a ~3-minute smoke version: fewer load
-points, shorter windows, no full build.
+points, shorter windows, no full build. With ``--only`` the table goes to summary_partial.md and
+the whole run's summary.md stays as it was.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def summary_name(quick: bool, partial: bool) -> str:
+    """Where the table goes: a run of some benchmarks never replaces the whole run's summary."""
+    return f"summary{'_quick' if quick else ''}{'_partial' if partial else ''}.md"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke version (~3 minutes)")
@@ -82,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{' / '.join(str(x) for x in info['load_avg_end'])}; total {total / 60:.1f} min.\n\n{table(rows)}\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / ("summary_quick.md" if opts.quick else "summary.md")).write_text(text)
+    (RESULTS / summary_name(opts.quick, bool(args.only))).write_text(text)
     print("\n" + text)
     return 1 if failed else 0
 
