@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -166,6 +167,80 @@ def serving(repo: Path, tag: str) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- where the cores went
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (its own threads, not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended while being read
+    return out
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """CPU seconds the whole machine spent busy (any process) and stolen by the hypervisor."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq) / TICK, steal / TICK
+
+
+def _stub_of(pid: int, model: str | None) -> bool:
+    """Whether a child of the server is the Python-backend stub of ``model`` (any when None):
+    its first argument is the model's ``<repository>/<model>/<version>/model.py``."""
+    if model is None:
+        return True
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(args) > 1 and Path(args[1].decode()).parent.parent.name == model
+
+
+def _cpu_now(server_pid: int, model: str | None) -> dict[str, float]:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # ended children: perf_analyzer runs
+    busy, steal = _machine_cpu()
+    return {
+        "wall": time.perf_counter(),
+        "machine_busy": busy,
+        "stolen": steal,
+        "perf_analyzer": children.ru_utime + children.ru_stime,
+        "tritonserver": _cpu_seconds(server_pid),
+        "python_stubs": sum(_cpu_seconds(c) for c in _children(server_pid) if _stub_of(c, model)),
+        "this_process": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+    }
+
+
+@contextlib.contextmanager
+def cpu_use(server_pid: int, model: str | None = None) -> Iterator[dict[str, float]]:
+    """Cores used, on average, by each side while the block runs, filled in when it ends:
+    perf_analyzer (the clients), tritonserver (gRPC, batcher, responses), its Python-backend stubs
+    (the model's Python and ONNX Runtime; with ``model``, that model's only), ``other_work`` (all
+    other processes) and ``stolen`` (given by the hypervisor to other guests)."""
+    start = _cpu_now(server_pid, model)
+    used: dict[str, float] = {}
+    yield used
+    end = _cpu_now(server_pid, model)
+    wall = end.pop("wall") - start.pop("wall")
+    for key, value in end.items():
+        used[key] = round((value - start[key]) / wall, 3)
+    ours = ("perf_analyzer", "tritonserver", "python_stubs", "this_process")
+    used["other_work"] = round(max(0.0, used.pop("machine_busy") - sum(used[k] for k in ours)), 3)
+    used["wall_s"] = round(wall, 2)
 
 
 # ---------------------------------------------------------------- workloads
