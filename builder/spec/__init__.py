@@ -285,6 +285,19 @@ class Serve(BaseModel):
     __pydantic_extra__: dict[str, Precision] = Field(init=False)
 
     threads: Annotated[int, Field(ge=0)] = 0  # ORT intra-op threads (0 = ORT's default)
+    # Whether ONNX Runtime's idle intra-op workers spin waiting for work (the local target's
+    # onnx_runner, parameter allow_spinning); unset = spin only with one instance. Which is
+    # faster depends on the serving machine's other load, so `tritonforge tune` measures it.
+    # The cpu target's onnxruntime backend has no such setting: it is not written there.
+    spinning: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_spinning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Unset, the dump is what it was before the field existed (the repository's key)."""
+        data: dict[str, Any] = handler(self)
+        if self.spinning is None:
+            data.pop("spinning", None)
+        return data
 
     def variants(self) -> dict[str, Precision]:
         return dict(self.__pydantic_extra__ or {})

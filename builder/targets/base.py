@@ -42,6 +42,7 @@ class Target(ABC):
     description: str
     builds_engines: bool = False  # TensorRT plans are built for it (where TensorRT and a GPU exist)
     default_instance_kind: InstanceKind = InstanceKind.CPU
+    serves_spinning: bool = False  # its configs carry serve.spinning (the onnx_runner's allow_spinning)
 
     @abstractmethod
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:

@@ -28,6 +28,7 @@ ONNX_RUNNER = Path(__file__).parents[1] / "python_models" / "onnx_runner" / "mod
 class LocalTarget(Target):
     name = "local"
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
+    serves_spinning = True
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
@@ -48,6 +49,8 @@ class LocalTarget(Target):
         cfg.backend = "python"
         set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
                              "intra_op_threads": str(model.serve.threads)})  # fmt: skip
+        if model.serve.spinning is not None:  # unset: the runner's rule (spin only with one instance)
+            set_parameters(cfg, {"allow_spinning": "1" if model.serve.spinning else "0"})
         # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
         set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
         return self._serving(cfg, model, queue_policy=self.writes_queue_policy(model.batching))

@@ -1,8 +1,9 @@
 """Candidate configs generated from the spec, never outside the model's profile.
 
 A candidate sets four things: instance count, max queue delay, preferred batch
-sizes and max batch size. Everything else comes from the spec unchanged. The
-bounds come from the spec itself:
+sizes and max batch size; on a target whose runner has the setting (the local target's
+onnx_runner), also whether ONNX Runtime's idle workers spin. Everything else comes from
+the spec unchanged. The bounds come from the spec itself:
 
 * ``max_batch_size`` is the profile's max batch: candidates never exceed the spec's
   value and never go below the profile's ``opt_batch``, the warm-up batch sizes, or
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from builder.spec import ModelSpec, Spec
+from builder.targets import Target, served_here
 
 DEFAULT_DELAYS_US = (0, 500, 2000, 8000)
 MAX_INSTANCES = 4
@@ -29,11 +31,13 @@ class Candidate:
     max_queue_delay_us: int
     preferred_batch_sizes: tuple[int, ...]
     max_batch_size: int
+    spinning: bool | None = None  # serve.spinning; None = the runner's rule (runner_spins)
 
     @property
     def label(self) -> str:
         pref = ",".join(str(s) for s in self.preferred_batch_sizes) or "-"
-        return f"i{self.instances} d{self.max_queue_delay_us} p[{pref}] mb{self.max_batch_size}"
+        spin = "" if self.spinning is None else " spin" if self.spinning else " nospin"
+        return f"i{self.instances} d{self.max_queue_delay_us} p[{pref}] mb{self.max_batch_size}{spin}"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -41,7 +45,14 @@ class Candidate:
             "max_queue_delay_us": self.max_queue_delay_us,
             "preferred_batch_sizes": list(self.preferred_batch_sizes),
             "max_batch_size": self.max_batch_size,
+            "spinning": self.spinning,
         }
+
+
+def runner_spins(cand: Candidate) -> bool:
+    """Whether the onnx_runner spins for ``cand``: as set, else only with one instance (the
+    runner's ``_spinning`` rule, which cannot be imported from a Python-backend model)."""
+    return cand.spinning if cand.spinning is not None else cand.instances == 1
 
 
 def of_spec(model: ModelSpec) -> Candidate:
@@ -51,6 +62,7 @@ def of_spec(model: ModelSpec) -> Candidate:
         max_queue_delay_us=model.batching.max_queue_delay_us,
         preferred_batch_sizes=tuple(model.batching.preferred_batch_sizes),
         max_batch_size=model.max_batch_size,
+        spinning=model.serve.spinning,
     )
 
 
@@ -67,6 +79,7 @@ def apply(model: ModelSpec, cand: Candidate) -> ModelSpec:
                 }
             ),
             "instances": model.instances.model_copy(update={"count": cand.instances}),
+            "serve": model.serve.model_copy(update={"spinning": cand.spinning}),
         }
     )
     # model_copy does not validate: run the spec's validators on the result.
@@ -90,6 +103,7 @@ class SearchSpace:
     min_batch: int  # lowest max_batch_size the spec allows (profile opt, warm-up, ensembles)
     max_batch: int  # the profile's max batch (the spec's max_batch_size)
     notes: list[str] = field(default_factory=list)
+    spinning: tuple[bool | None, ...] = ()  # empty where the target has no such setting
 
 
 def batch_bounds(spec: Spec, model: ModelSpec) -> tuple[int, int, list[str]]:
@@ -115,8 +129,10 @@ def search_space(
     budget_ms: float,
     delays_us: Sequence[int] = DEFAULT_DELAYS_US,
     max_instances: int = MAX_INSTANCES,
+    target: Target | None = None,
 ) -> SearchSpace:
-    """Every value a candidate may take for model ``name``."""
+    """Every value a candidate may take for model ``name`` on ``target`` (default: the one
+    served here, which the tuner measures on)."""
     model = spec.model(name)
     if model.max_batch_size <= 0:
         raise ValueError(f"model '{name}' has max_batch_size 0: there is no batching to tune")
@@ -145,6 +161,7 @@ def search_space(
         min_batch=low,
         max_batch=high,
         notes=notes,
+        spinning=(True, False) if (target or served_here()).serves_spinning else (),
     )
 
 
@@ -161,11 +178,14 @@ def normalize(cand: Candidate, max_concurrency: int) -> Candidate:
     """The cheapest equivalent candidate under perf_analyzer's closed loop of batch-1 requests.
 
     At most ``max_concurrency`` requests are ever queued, so preferred sizes above it are
-    never formed; preferred sizes are a set, sorted. Two candidates that normalize to the
-    same value behave the same and only one is measured.
+    never formed; preferred sizes are a set, sorted; unset spinning is what the runner does
+    with that many instances. Two candidates that normalize to the same value behave the same
+    and only one is measured.
     """
     reachable = tuple(sorted({s for s in cand.preferred_batch_sizes if s <= max_concurrency}))
-    return Candidate(cand.instances, cand.max_queue_delay_us, reachable, cand.max_batch_size)
+    return Candidate(
+        cand.instances, cand.max_queue_delay_us, reachable, cand.max_batch_size, runner_spins(cand)
+    )
 
 
 def equivalence_key(cand: Candidate, max_concurrency: int) -> tuple[object, ...]:
@@ -177,6 +197,7 @@ def equivalence_key(cand: Candidate, max_concurrency: int) -> tuple[object, ...]
         n.max_queue_delay_us,
         n.preferred_batch_sizes,
         min(n.max_batch_size, max_concurrency),
+        n.spinning,
     )
 
 

@@ -2,10 +2,10 @@
 
 Edits are textual round-trips with ruamel.yaml (comments, flow maps and key order are
 kept; the file is re-emitted byte for byte where nothing changed). Only the model's
-``max_batch_size``, ``batching.preferred_batch_sizes``, ``batching.max_queue_delay_us`` and
-``instances.count`` are touched, and only where they differ from the spec. The result is
-checked by loading it with the real spec loader: every other model must be unchanged and
-the tuned one must equal the candidate applied to the spec.
+``max_batch_size``, ``batching.preferred_batch_sizes``, ``batching.max_queue_delay_us``,
+``instances.count`` and ``serve.spinning`` are touched, and only where they differ from the
+spec. The result is checked by loading it with the real spec loader: every other model must
+be unchanged and the tuned one must equal the candidate applied to the spec.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def patched_text(text: str, name: str, cand: Candidate) -> str:
             instances.fa.set_flow_style()
             _insert_after(entry, "instances", instances, "batching")
         instances["count"] = cand.instances
+    if cand.spinning != current.spinning:
+        _set_spinning(entry, cand.spinning)
     out = io.StringIO()
     y.dump(doc, out)
     return out.getvalue()
@@ -116,6 +118,25 @@ def _position(batching: Any, key: str) -> int:
         if existing in _BATCHING_ORDER and _BATCHING_ORDER.index(existing) > rank:
             return i
     return len(batching)
+
+
+def _set_spinning(entry: Any, spinning: bool | None) -> None:
+    """``serve.spinning`` set (a new ``serve`` map goes after ``warmup`` or ``instances``), or
+    removed for None, with ``serve`` itself when nothing else is left in it."""
+    from ruamel.yaml.comments import CommentedMap
+
+    serve = entry.get("serve")
+    if spinning is None:
+        if serve is not None:
+            serve.pop("spinning", None)
+            if not serve:
+                del entry["serve"]
+        return
+    if serve is None:
+        serve = CommentedMap()
+        serve.fa.set_flow_style()
+        _insert_after(entry, "serve", serve, "warmup" if "warmup" in entry else "instances")
+    serve["spinning"] = spinning
 
 
 def _insert_after(entry: Any, key: str, value: Any, after: str) -> None:

@@ -9,12 +9,28 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from builder.tune.candidates import Candidate, runner_spins
 from builder.tune.search import SearchResult, Trial
 
 
 def _best(t: Trial, budget: float) -> str:
     b = t.best(budget)
     return f"{b.throughput:.1f} /s @ c={b.concurrency}, p99 {b.p99_ms:.1f} ms" if b else "–"
+
+
+def _spins(cand: Candidate) -> str:
+    how = "spinning" if runner_spins(cand) else "sleeping"
+    return how if cand.spinning is not None else f"{how} (unset: spin only with one instance)"
+
+
+def spinning_line(result: SearchResult) -> str:
+    """What the chosen and the default do with ONNX Runtime's idle workers, when it was searched."""
+    if all(t.candidate.spinning is None for t in result.trials):
+        return ""
+    return (
+        f"Idle intra-op workers (serve.spinning): chosen {_spins(result.chosen.candidate)}, "
+        f"spec default {_spins(result.default.candidate)}"
+    )
 
 
 def table(result: SearchResult) -> str:
@@ -43,9 +59,10 @@ def markdown(
         "",
         f"Chosen: `{result.chosen.candidate.label}` — {_best(result.chosen, result.budget_ms)}",
         f"Spec default: `{result.default.candidate.label}` — {_best(result.default, result.budget_ms)}",
-        "",
-        table(result),
     ]
+    if spinning_line(result):
+        out.append(spinning_line(result))
+    out += ["", table(result)]
     for note in meta.get("notes", []):
         out.append(f"- {note}")
     if confirm:

@@ -6,12 +6,14 @@ callable clock, so the whole logic runs in unit tests against a synthetic model.
 Shape of the search (coordinate descent from the spec's own config, smarter than a grid):
 
 1. The spec's default is measured first; it is the incumbent to beat.
-2. One dimension at a time (instances, max batch size, preferred sizes, queue delay), each
-   value is tried with the other dimensions held at the incumbent's. A candidate wins when
-   its best point within the budget has ``min_gain`` more throughput than the incumbent's.
+2. One dimension at a time (instances, max batch size, preferred sizes, queue delay, then
+   whether ONNX Runtime's idle workers spin, where the target has that setting), each value
+   is tried with the other dimensions held at the incumbent's. A candidate wins when its best
+   point within the budget has ``min_gain`` more throughput than the incumbent's.
 3. Pruned without measuring:
    * values outside the profile (``within``/``is_valid``: never measured, never proposed);
-   * candidates equivalent to one already measured (``equivalence_key``);
+   * candidates equivalent to one already measured (``equivalence_key``; spinning set to
+     what the runner does unset, spin iff one instance, is the unset candidate);
    * a longer queue delay once a shorter one missed the budget at the lowest concurrency
      (a lone request waits the whole delay, so longer delays can only be slower);
    * more instances once a count lost to a smaller one (the cores are already shared);
@@ -31,7 +33,8 @@ from dataclasses import dataclass, field
 
 from builder.tune.candidates import Candidate, SearchSpace, equivalence_key, within
 
-DIMENSIONS = ("instances", "max_batch_size", "preferred_batch_sizes", "max_queue_delay_us")
+# Spinning last: which way wins depends on the load the winner of the others puts on the cores.
+DIMENSIONS = ("instances", "max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "spinning")
 BOUND_SLACK = 0.7  # mean latency under load is taken as at least 0.7x the p50 at the first level
 
 
@@ -186,6 +189,7 @@ def _values(space: SearchSpace, dim: str) -> tuple[object, ...]:
         "max_batch_size": space.max_batch_sizes,
         "preferred_batch_sizes": space.preferred,
         "max_queue_delay_us": space.delays_us,
+        "spinning": space.spinning,
     }[dim]
 
 

@@ -149,6 +149,18 @@ def test_local_target_runs_the_python_onnx_runner(tmp_path: Path) -> None:
     assert not cfg.HasField("optimization")
 
 
+@pytest.mark.parametrize(("spinning", "written"), [(None, None), (True, "1"), (False, "0")])
+def test_local_target_writes_allow_spinning_only_when_set(
+    spinning: bool | None, written: str | None, tmp_path: Path
+) -> None:
+    model = full_model(serve={"spinning": spinning})
+    params = round_trip(core_config(model, "local", variant=Precision.FP32), tmp_path).parameters
+    assert (params["allow_spinning"].string_value if "allow_spinning" in params else None) == written
+    for target in ("cpu", "gpu"):  # Triton's own backends have no such setting
+        cfg = core_config(model, target, variant=Precision.FP32)
+        assert not any("spin" in key for key in cfg.parameters)
+
+
 def test_cpu_target_is_onnxruntime(tmp_path: Path) -> None:
     cfg = round_trip(core_config(full_model(), "cpu", variant=Precision.FP32), tmp_path)
     assert cfg.platform == "onnxruntime_onnx" and not cfg.backend

@@ -193,3 +193,22 @@ def test_image_format_names_the_choices(tmp_path: Path) -> None:
     doc["models"][0]["inputs"][0].update(dims=[3, 4, 4], format="CHW")
     message = error_for(tmp_path, doc)
     assert "format" in message and "NCHW" in message and "NHWC" in message, message
+
+
+def test_serve_spinning_is_a_field_not_a_target(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["serve"] = {"spinning": False, "local": "fp32"}
+    serve = load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m").serve
+    assert serve.spinning is False
+    assert serve.variants() == {"local": Precision.FP32}
+    unset = ModelSpec.model_validate(base()["models"][0]).serve
+    assert unset.spinning is None and "spinning" not in unset.model_dump()  # dumps (keys) as before
+
+
+def test_serve_spinning_must_be_a_boolean(tmp_path: Path) -> None:
+    doc = base()
+    doc["models"][0]["serve"] = {"spinning": "sometimes"}
+    assert error_for(tmp_path, doc) == (
+        f"{tmp_path / 'models.yaml'}: model 'm': serve.spinning: "
+        "Input should be a valid boolean, unable to interpret input (got 'sometimes')"
+    )

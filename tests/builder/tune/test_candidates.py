@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from builder.spec import load_spec
+from builder.targets import get
 from builder.tune.candidates import (
     Candidate,
     apply,
     apply_to_spec,
     equivalence_key,
     of_spec,
+    runner_spins,
     search_space,
     valid,
     within,
@@ -66,3 +68,35 @@ def test_equivalence_under_the_load_levels() -> None:
     a, b = Candidate(1, 0, (), 16), Candidate(1, 0, (8,), 32)
     assert equivalence_key(a, 4) == equivalence_key(b, 4)
     assert equivalence_key(a, 8) != equivalence_key(b, 8)
+
+
+def test_label_and_dict_show_spinning_only_when_set() -> None:
+    assert Candidate(1, 0, (), 8).label == "i1 d0 p[-] mb8"
+    assert Candidate(1, 0, (), 8, spinning=True).label == "i1 d0 p[-] mb8 spin"
+    assert Candidate(2, 500, (4,), 8, spinning=False).label == "i2 d500 p[4] mb8 nospin"
+    assert Candidate(1, 0, (), 8, spinning=False).to_dict()["spinning"] is False
+    assert Candidate(1, 0, (), 8).to_dict()["spinning"] is None
+
+
+def test_spinning_is_searched_where_the_onnx_runner_serves(zoo) -> None:  # type: ignore[no-untyped-def]
+    assert search_space(zoo, "simple", cpus=2, budget_ms=100).spinning == (True, False)  # served here: local
+    assert search_space(zoo, "simple", cpus=2, budget_ms=100, target=get("local")).spinning == (True, False)
+    assert search_space(zoo, "simple", cpus=2, budget_ms=100, target=get("cpu")).spinning == ()
+
+
+def test_spinning_goes_from_the_spec_and_back(zoo) -> None:  # type: ignore[no-untyped-def]
+    model = zoo.model("resnet18")
+    assert of_spec(model).spinning is None
+    tuned = apply(model, Candidate(2, 0, (), 32, spinning=False))
+    assert tuned.serve.spinning is False and tuned.serve.variants() == model.serve.variants()
+    assert of_spec(tuned).spinning is False
+    assert apply(tuned, of_spec(model)).serve.spinning is None
+
+
+def test_unset_spinning_is_the_runners_rule() -> None:
+    one, two = Candidate(1, 0, (), 8), Candidate(2, 0, (), 8)
+    assert runner_spins(one) and not runner_spins(two)
+    assert equivalence_key(one, 8) == equivalence_key(Candidate(1, 0, (), 8, spinning=True), 8)
+    assert equivalence_key(one, 8) != equivalence_key(Candidate(1, 0, (), 8, spinning=False), 8)
+    assert equivalence_key(two, 8) == equivalence_key(Candidate(2, 0, (), 8, spinning=False), 8)
+    assert equivalence_key(two, 8) != equivalence_key(Candidate(2, 0, (), 8, spinning=True), 8)

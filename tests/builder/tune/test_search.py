@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 
 import pytest
 
-from builder.tune.candidates import Candidate, SearchSpace, within
+from builder.tune.candidates import Candidate, SearchSpace, runner_spins, within
 from builder.tune.search import Limits, Point, Trial, search, side_by_side, sweep
 
 SPACE = SearchSpace(
@@ -151,3 +153,50 @@ def test_side_by_side_reports_the_ratios() -> None:
     assert out["throughput_ratio"] > 1.0
     assert out["p99_ratio"] == pytest.approx(out["chosen"]["p99_ms"] / out["default"]["p99_ms"])
     assert math.isfinite(out["p99_ratio"])
+
+
+def sleeping_wins(calls: list[Candidate]) -> Callable[[Candidate, int], Point]:
+    """A ~1 ms model on a loaded machine: workers that sleep serve 1.5x faster."""
+
+    def measure(cand: Candidate, c: int) -> Point:
+        calls.append(cand)
+        return Point(c, 1000.0 if runner_spins(cand) else 1500.0, 1.0, 2.0)
+
+    return measure
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_spinning_is_tried_last_and_the_faster_chosen(instances: int) -> None:
+    calls: list[Candidate] = []
+    space = SearchSpace((instances,), (0,), ((),), (16,), 16, 16, spinning=(True, False))
+    default = Candidate(instances, 0, (), 16)
+    result = search(space, default, sleeping_wins(calls), 10.0, limits=Limits(concurrency=(1,)))
+    if instances == 1:  # unset spins with one instance: True is the default, False is measured and wins
+        assert calls == [default, Candidate(1, 0, (), 16, spinning=False)]
+        assert result.chosen.candidate.spinning is False
+    else:  # unset already sleeps with two: False is the default, True is measured and loses
+        assert calls == [default, Candidate(2, 0, (), 16, spinning=True)]
+        assert result.chosen.candidate == default
+    pruned = [t for t in result.trials if t.status == "pruned"]
+    assert [t.candidate.spinning for t in pruned] == [instances == 1]
+    assert "equivalent to" in pruned[0].reason
+
+
+def test_spinning_is_tried_on_top_of_the_winner_of_the_other_dimensions() -> None:
+    calls: list[Candidate] = []
+    sleeping = sleeping_wins(calls)
+
+    def measure(cand: Candidate, c: int) -> Point:  # a queue delay also helps
+        p = sleeping(cand, c)
+        return dataclasses.replace(p, throughput=p.throughput * (2 if cand.max_queue_delay_us else 1))
+
+    space = SearchSpace((1,), (0, 500), ((),), (16,), 16, 16, spinning=(True, False))
+    result = search(space, DEFAULT, measure, 10.0, limits=Limits(concurrency=(1,)))
+    assert calls == [DEFAULT, Candidate(1, 500, (), 16), Candidate(1, 500, (), 16, spinning=False)]
+    assert result.chosen.candidate == Candidate(1, 500, (), 16, spinning=False)
+
+
+def test_no_spinning_values_where_the_target_has_none() -> None:
+    calls: list[Candidate] = []
+    search(SPACE, DEFAULT, sleeping_wins(calls), 1000.0, limits=Limits(concurrency=(1,)))
+    assert calls and all(c.spinning is None for c in calls)

@@ -1,0 +1,29 @@
+"""The tuning report says what the chosen config does with ONNX Runtime's idle workers."""
+
+from __future__ import annotations
+
+from builder.tune.candidates import Candidate
+from builder.tune.report import markdown, spinning_line
+from builder.tune.search import Point, SearchResult, Trial
+
+
+def result(default: Candidate, chosen: Candidate) -> SearchResult:
+    first = Trial(default, "measured", points=[Point(1, 100.0, 1.0, 2.0)])
+    best = Trial(chosen, "measured", points=[Point(1, 150.0, 1.0, 2.0)])
+    return SearchResult(10.0, first, best, [first, best])
+
+
+def test_the_report_shows_the_chosen_spinning() -> None:
+    r = result(Candidate(1, 0, (), 8), Candidate(1, 0, (), 8, spinning=False))
+    line = spinning_line(r)
+    assert line == (
+        "Idle intra-op workers (serve.spinning): chosen sleeping, "
+        "spec default spinning (unset: spin only with one instance)"
+    )
+    text = markdown(r, "m", None, "", {})
+    assert line in text and "`i1 d0 p[-] mb8 nospin` **chosen**" in text
+
+
+def test_no_spinning_line_when_it_was_not_searched() -> None:
+    r = result(Candidate(1, 0, (), 8), Candidate(2, 0, (), 8))
+    assert spinning_line(r) == "" and "serve.spinning" not in markdown(r, "m", None, "", {})
