@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -160,7 +160,7 @@ def module_fingerprint(ref: str, spec_dir: Path) -> str:
     origin = _module_file(module, root)
     if origin is None:
         return f"unresolved:{module}"
-    finder = modulefinder.ModuleFinder(path=[str(root)])
+    finder = _Finder(path=[str(root)])
     try:
         finder.import_hook(module)
     except (ImportError, SyntaxError):
@@ -169,6 +169,20 @@ def module_fingerprint(ref: str, spec_dir: Path) -> str:
     files = {origin} | {Path(f) for f in found if f}
     local = sorted(f for f in files if f.is_file() and f.resolve().is_relative_to(root))
     return key_of([(str(f.resolve().relative_to(root)), file_hash(f)) for f in local])
+
+
+class _Finder(modulefinder.ModuleFinder):
+    """A ModuleFinder for which a folder without ``__init__.py`` (a namespace package, which
+    Python 3.11's finder fails on with an AttributeError) is a module it cannot find, as for
+    any other import from outside the spec folder."""
+
+    def find_module(
+        self, name: str, path: str | None, parent: modulefinder.Module | None = None
+    ) -> tuple[IO[Any] | None, str | None, tuple[str, str, int]]:
+        try:
+            return super().find_module(name, path, parent)
+        except AttributeError as exc:  # the found spec has no loader
+            raise ImportError(f"namespace package {name}") from exc
 
 
 def _module_file(module: str, root: Path) -> Path | None:
