@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -38,6 +38,21 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OmitsUnset(BaseModel):
+    """Fields added after stage and repository keys existed (``LATER``) are left out of the dump
+    while unset, so that the keys of specs that do not use them stay what they were."""
+
+    LATER: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in self.LATER:
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
 
 
 class DType(str, Enum):
@@ -77,7 +92,7 @@ class ImageFormat(str, Enum):
     NHWC = "NHWC"  # channels last: dims [H, W, C]
 
 
-class TensorSpec(Strict):
+class TensorSpec(Strict, OmitsUnset):
     """One input or output; ``dims`` never include the batch dimension."""
 
     name: Annotated[str, Field(min_length=1)]
@@ -87,13 +102,7 @@ class TensorSpec(Strict):
     optional: bool = False
     format: ImageFormat | None = None  # inputs only: what Triton's image clients read
 
-    @model_serializer(mode="wrap")
-    def _omit_no_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Without a layout the dump is what it was before the field existed (stage cache keys)."""
-        data: dict[str, Any] = handler(self)
-        if self.format is None:
-            data.pop("format", None)
-        return data
+    LATER = ("format",)
 
     @model_validator(mode="after")
     def _layout_matches_dims(self) -> TensorSpec:
@@ -277,7 +286,7 @@ class Warmup(Strict):
     count: Annotated[int, Field(ge=1)] = 1
 
 
-class Serve(BaseModel):
+class Serve(OmitsUnset):
     """Which verified variant each target serves (``<target>: <precision>``, checked against
     the registered targets by the build); unset = the fastest that passed."""
 
@@ -291,13 +300,7 @@ class Serve(BaseModel):
     # The cpu target's onnxruntime backend has no such setting: it is not written there.
     spinning: bool | None = None
 
-    @model_serializer(mode="wrap")
-    def _omit_unset_spinning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Unset, the dump is what it was before the field existed (the repository's key)."""
-        data: dict[str, Any] = handler(self)
-        if self.spinning is None:
-            data.pop("spinning", None)
-        return data
+    LATER = ("spinning",)
 
     def variants(self) -> dict[str, Precision]:
         return dict(self.__pydantic_extra__ or {})
