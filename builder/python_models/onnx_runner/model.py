@@ -181,26 +181,28 @@ class TritonPythonModel:
         del tensors  # dropped here, holding the GIL, not inside send (see the module's docstring)
 
     def _run_pending(self, pending: list[Pending]) -> list[Result]:
-        results: list[Result] = [""] * len(pending)
         feeds = {i: p.feed for i, p in enumerate(pending) if p.error is None}
-        for i, p in enumerate(pending):
-            if p.error is not None:
-                results[i] = p.error
-        for group in self._groups(feeds):
-            self._run_group(group, feeds, results)
-        return results
+        errors = {i: p.error for i, p in enumerate(pending) if p.error is not None}
+        return self._run_feeds(feeds, errors)
 
     def _answer(self, requests: list[Any]) -> list[Any]:
-        results: list[Result] = [""] * len(requests)
         feeds: dict[int, dict[str, NDArray[Any]]] = {}
+        errors: dict[int, str] = {}
         for i, request in enumerate(requests):
             try:
                 feeds[i] = self._feed(request)
             except Exception as exc:
-                results[i] = f"bad input: {exc}"
+                errors[i] = f"bad input: {exc}"
+        results = self._run_feeds(feeds, errors)
+        return [_error(r) if isinstance(r, str) else self._response(r) for r in results]
+
+    def _run_feeds(self, feeds: dict[int, dict[str, NDArray[Any]]], errors: dict[int, str]) -> list[Result]:
+        """Each request's result, by index: its error if its inputs failed, else its outputs from
+        as few runs as the groups allow."""
+        results: list[Result] = [errors.get(i, "") for i in range(len(feeds) + len(errors))]
         for group in self._groups(feeds):
             self._run_group(group, feeds, results)
-        return [_error(r) if isinstance(r, str) else self._response(r) for r in results]
+        return results
 
     def _answer_one(self, request: Any) -> Any:
         try:
