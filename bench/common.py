@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from builder.estimate.rss import children
 from builder.pipeline import build
 from builder.records import BuildOptions
 
@@ -180,17 +181,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue  # a process that ended while being read
-    return out
-
-
 def _machine_cpu() -> tuple[float, float]:
     """CPU seconds the whole machine spent busy (any process) and stolen by the hypervisor."""
     user, nice, system, _idle, _iowait, irq, softirq, steal = (
@@ -212,15 +202,15 @@ def _stub_of(pid: int, model: str | None) -> bool:
 
 
 def _cpu_now(server_pid: int, model: str | None) -> dict[str, float]:
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # ended children: perf_analyzer runs
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)  # children waited for: perf_analyzer runs
     busy, steal = _machine_cpu()
     return {
         "wall": time.perf_counter(),
         "machine_busy": busy,
         "stolen": steal,
-        "perf_analyzer": children.ru_utime + children.ru_stime,
+        "perf_analyzer": ended.ru_utime + ended.ru_stime,
         "tritonserver": _cpu_seconds(server_pid),
-        "python_stubs": sum(_cpu_seconds(c) for c in _children(server_pid) if _stub_of(c, model)),
+        "python_stubs": sum(_cpu_seconds(c) for c in children(server_pid) if _stub_of(c, model)),
         "this_process": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
     }
 
