@@ -56,7 +56,7 @@ tools: $(STAMP)
 
 test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=30 $(PYTEST_ARGS)
 
 # Benchmarks against the real tritonserver (about 15 minutes); write bench/results/ and summary.md.
 bench: $(STAMP) tools

@@ -26,7 +26,9 @@ from builder.pipeline import build
 from builder.records import BuildOptions
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(
+    os.environ.get("TRITONFORGE_RESULTS_DIR") or ROOT / "bench" / "results"
+)  # see bench.reliability
 WORK = RESULTS / "work"  # scratch specs, repositories, perf_analyzer files (git-ignored)
 CACHE = ROOT / ".tritonforge" / "cache"  # the project's stage cache: unchanged stages are reused
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -1,10 +1,11 @@
-"""Overload figures against a real tritonserver on loopback: sent / succeeded / rejected / lost, latency.
+"""Overload and fault figures against a real tritonserver on loopback: sent / succeeded / rejected / lost.
 
-``python -m bench.reliability`` builds the reliability test spec
-(``tests/integration/fixtures/reliability/models.yaml``) into a temporary folder, serves it, runs the
-overload and priority loads and writes ``bench/results/reliability.json``. The integration tests
-(``tests/integration/test_overload.py``, ``test_faults.py``) run the same functions and write the same
-file, section by section.
+The integration tests that load or break the server (``tests/integration/test_overload.py``,
+``test_faults.py``, ``test_queue_bound.py``, ``test_build_kill.py``, ``test_bad_requests.py``) record
+their figures section by section with :func:`record`, each section with the machine it ran on. In
+the test suite they go to ``$TRITONFORGE_RESULTS_DIR`` (``.tritonforge/test-results``, ignored);
+``python -m bench.reliability`` runs those same tests with the tracked
+``bench/results/reliability.json`` as the target, and is the only writer of that file.
 
 Every load is bounded: a fixed number of requests, each with its own deadline.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -24,14 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from builder.pipeline import build
-from builder.records import BuildOptions
 from clients import NO_RETRY, Client, RequestRejected, TritonClientError
 from clients.errors import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "tests" / "integration" / "fixtures" / "reliability" / "models.yaml"
-RESULTS = ROOT / "bench" / "results" / "reliability.json"
+# The tracked figures come from `python -m bench.reliability`; the test suite points
+# TRITONFORGE_RESULTS_DIR at an ignored folder so that a test run leaves the tree as it found it.
+RESULTS_DIR = Path(os.environ.get("TRITONFORGE_RESULTS_DIR") or ROOT / "bench" / "results")
+RESULTS = RESULTS_DIR / "reliability.json"
 MODEL = "sleep"  # Y = X after sleep_ms per batch (fixture model of known capacity)
 HIGH, LOW = 1, 2  # priority levels of the sleep model (1 is served first)
 
@@ -221,8 +222,12 @@ def record(section: str, data: dict[str, Any], path: Path = RESULTS) -> None:
         results = json.loads(path.read_text())
     except (OSError, ValueError):
         results = {}
-    results[section] = {**data, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    results.setdefault("machine", {"cpus": os.cpu_count()})
+    from bench.common import machine  # deferred: it imports the build pipeline
+
+    here = machine()
+    recorded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results[section] = {**data, "recorded": recorded, "machine": here}
+    results["machine"] = here
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
@@ -246,18 +251,20 @@ def priorities(url: str, health_url: str) -> LoadReport:
     return report
 
 
-def main() -> None:
-    from builder.server import TritonServer
+RECORDING_TESTS = ("test_overload.py", "test_faults.py", "test_queue_bound.py", "test_build_kill.py",
+                   "test_bad_requests.py")  # fmt: skip
 
-    with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
-        repo = Path(tmp) / "model_repository"
-        build(BuildOptions(SPEC, repo, target="local", cache_dir=Path(tmp) / "cache", log=lambda _: None))
-        with TritonServer(repo) as server:
-            for name, run in (("overload", overload), ("priority", priorities)):
-                report = run(server.grpc_url, server.http_url)
-                record(name, report.to_json())
-                print(name, json.dumps(report.to_json(), indent=1))
+
+def main() -> int:
+    """Run the tests that record reliability figures, writing the tracked results file."""
+    import subprocess
+    import sys
+
+    tests = [str(ROOT / "tests" / "integration" / name) for name in RECORDING_TESTS]
+    env = {**os.environ, "TRITONFORGE_RESULTS_DIR": str(ROOT / "bench" / "results")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                          cwd=ROOT, env=env, check=False).returncode  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

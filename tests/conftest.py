@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from builder.pipeline import build
-from builder.records import BuildOptions
-from builder.server import TritonServer
-
 ROOT = Path(__file__).parents[1]
+# Figures the tests record (bench.reliability.record) go to an ignored folder: only
+# `python -m bench.reliability` writes the tracked bench/results/. Set before bench is imported.
+os.environ.setdefault("TRITONFORGE_RESULTS_DIR", str(ROOT / ".tritonforge" / "test-results"))
+
+from builder.pipeline import build  # noqa: E402
+from builder.records import BuildOptions  # noqa: E402
+from builder.server import TritonServer  # noqa: E402
+
 FIXTURES = Path(__file__).parent / "builder" / "fixtures"
 KEPT_LOGS = ROOT / ".tritonforge" / "test-logs"
 ZOO_START_TIMEOUT = 600  # the zoo's LLM: vLLM starts its engine in 20 s idle, minutes on a busy machine
@@ -128,3 +133,41 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         origin = getattr(sys.modules[name], "__file__", None) or ""
         if origin.startswith(scratch):
             del sys.modules[name]
+
+
+# ---------------------------------------------------------------- a run leaves the tree as it found it
+
+
+def _tree_status() -> set[str] | None:
+    """`git status --porcelain` lines (tracked changes and untracked files), None outside a checkout."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(done.stdout.splitlines()) if done.returncode == 0 else None
+
+
+_STATUS_AT_START: list[set[str] | None] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STATUS_AT_START.append(_tree_status())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it wrote, deleted or added anything git sees. Checked when the tree was
+    clean at the start (CI's fresh clone; a developer's tree with edits in progress is not)."""
+    before = _STATUS_AT_START[0] if _STATUS_AT_START else None
+    if before != set():
+        return
+    after = _tree_status()
+    if after is None:
+        return
+    changed = sorted(after - before)
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "the test run changed the source tree (git status --porcelain):\n  " + "\n  ".join(changed)
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
