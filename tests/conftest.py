@@ -169,5 +169,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = "the test run changed the source tree (git status --porcelain):\n  " + "\n  ".join(changed)
         if reporter is not None:
+            reporter.ensure_newline()
             reporter.write_line(message, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
