@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from builder.errors import SpecError
+from builder.spec.dtype import DType
 from builder.spec.engine import EngineOptions
 from builder.spec.llm import LLMSpec
 
@@ -53,25 +54,6 @@ class OmitsUnset(BaseModel):
             if getattr(self, name) is None:
                 data.pop(name, None)
         return data
-
-
-class DType(str, Enum):
-    """Triton's data types, as written in config.pbtxt without the TYPE_ prefix."""
-
-    BOOL = "BOOL"
-    UINT8 = "UINT8"
-    INT8 = "INT8"
-    INT16 = "INT16"
-    INT32 = "INT32"
-    INT64 = "INT64"
-    FP16 = "FP16"
-    FP32 = "FP32"
-    FP64 = "FP64"
-    STRING = "STRING"
-
-    @property
-    def is_float(self) -> bool:
-        return self in (DType.FP16, DType.FP32, DType.FP64)
 
 
 class Precision(str, Enum):
