@@ -1,0 +1,403 @@
+"""Write every benchmark figure of README.md and docs/*.md from bench/results, its one source.
+
+    .venv/bin/python -m bench.figures            # rewrite the marked blocks
+    .venv/bin/python -m bench.figures --check    # compare only; exit 1 naming each stale block
+
+A block is the text between ``<!-- figures: RENDERER [RESULT ...] -->`` and ``<!-- /figures -->``;
+RESULT names ``bench/results/<RESULT>.json`` (default: the renderer's own files). Each block opens
+with the machine the figures were measured on (date, CPU model and flags, cores, load average,
+versions) and then says the figures. Reads JSON only: nothing is measured or imported from builder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+OPEN = re.compile(r"<!-- figures: ([^>]*?) -->")
+CLOSE = "<!-- /figures -->"
+# What `make bench` (bench.run) runs, in its order.
+BENCH_RUN = ("serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "queue_bound",
+             "build_time", "llm")  # fmt: skip
+NOT_RECORDED = "not recorded"
+
+
+class FiguresError(Exception):
+    """A block that cannot be rendered: unknown renderer, missing or malformed results file."""
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where figures were measured, as far as the results file recorded it."""
+
+    date: str | None = None
+    cpu: str | None = None
+    cpu_flags: tuple[str, ...] | None = None
+    cores: int | None = None
+    load_avg: tuple[float, ...] | None = None
+    versions: tuple[tuple[str, str], ...] | None = None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], date: str | None = None) -> Machine:
+        versions: dict[str, str] = {}
+        if record.get("python"):
+            versions["Python"] = str(record["python"])
+        if record.get("tritonserver"):
+            versions["tritonserver"] = str(record["tritonserver"])
+        versions.update({k: str(v) for k, v in (record.get("versions") or {}).items()})
+        flags = record.get("cpu_flags")
+        load = record.get("load_avg")
+        return cls(
+            date=date or record.get("date"),
+            cpu=record.get("cpu"),
+            cpu_flags=tuple(flags) if flags is not None else None,
+            cores=record.get("cores") or record.get("cpus"),
+            load_avg=tuple(load) if load is not None else None,
+            versions=tuple(versions.items()) or None,
+        )
+
+    def header(self, source: str) -> str:
+        flags = (
+            NOT_RECORDED if self.cpu_flags is None else (", ".join(self.cpu_flags) or "none of those read")
+        )
+        load = NOT_RECORDED if self.load_avg is None else " / ".join(f"{x:g}" for x in self.load_avg)
+        versions = NOT_RECORDED if self.versions is None else ", ".join(f"{k} {v}" for k, v in self.versions)
+        return (
+            f"*Measured {self.date or 'on a date not recorded'}; CPU {self.cpu or NOT_RECORDED}, "
+            f"flags {flags}, cores {self.cores or NOT_RECORDED}; load average {load} at start; "
+            f"versions: {versions} ({source}).*"
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a benchmark's summary table (bench.common.Row as saved)."""
+
+    benchmark: str
+    measured: str
+    target: str
+    met: bool | None
+
+    def cells(self) -> str:
+        met = "-" if self.met is None else ("yes" if self.met else "**no**")
+        return f"| {self.benchmark} | {self.measured} | {self.target} | {met} |"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One results file, read."""
+
+    name: str
+    data: dict[str, Any]
+
+    @property
+    def source(self) -> str:
+        return f"`bench/results/{self.name}.json`"
+
+    def machine(self, date: str | None = None, load_avg: Sequence[float] | None = None) -> Machine:
+        machine = Machine.of(self.data.get("machine") or {}, date)
+        return replace(machine, load_avg=tuple(load_avg)) if load_avg is not None else machine
+
+    def rows(self) -> list[Row]:
+        return [Row(r["benchmark"], r["measured"], r["target"], r["met"]) for r in self.data.get("rows", [])]
+
+    def get(self, *keys: str) -> Any:
+        value: Any = self.data
+        for key in keys:
+            if not isinstance(value, Mapping) or key not in value:
+                raise FiguresError(f"{self.source}: no '{'.'.join(keys)}'")
+            value = value[key]
+        return value
+
+
+def load(name: str, results: Path) -> Result:
+    path = results / f"{name}.json"
+    try:
+        return Result(name, json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise FiguresError(f"{path.relative_to(results.parent.parent)}: no such results file") from None
+    except json.JSONDecodeError as exc:
+        raise FiguresError(f"{path}: not JSON ({exc})") from None
+
+
+# ---------------------------------------------------------------- renderers
+
+
+def _table(rows: Iterable[Row]) -> str:
+    return "\n".join(
+        ["| benchmark | measured | target | met? |", "|---|---|---|---|", *(r.cells() for r in rows)]
+    )
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.1f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+def render_rows(results: Sequence[Result], results_dir: Path) -> str:
+    """The summary rows of one or more benchmarks, under the first one's machine."""
+    first = results[0]
+    sources = (
+        ", ".join(r.source for r in results)
+        if len(results) < 3
+        else (f"`bench/results/`: {', '.join(r.name for r in results)}")
+    )
+    return first.machine().header(sources) + "\n\n" + _table(row for r in results for row in r.rows())
+
+
+def render_bench_run(results: Sequence[Result], results_dir: Path) -> str:
+    """The whole `make bench` table, and how long the run took (its summary.md)."""
+    summary = results_dir / "summary.md"
+    total = re.search(r"total ([\d.]+) min", summary.read_text()) if summary.is_file() else None
+    took = f"The run took {total.group(1)} min (`bench/results/summary.md`).\n\n" if total else ""
+    return took + render_rows(results, results_dir)
+
+
+def render_llm(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.llm's rows, dated when its measurement began (the run's header is when `make bench` did)."""
+    (r,) = results
+    inner = r.data.get("results") or {}
+    before = [v for k, v in (inner.get("results") or {}).items() if k.startswith("load_avg_before")]
+    machine = r.machine(date=inner.get("date"), load_avg=before[0] if before else None)
+    return machine.header(r.source) + "\n\n" + _table(r.rows())
+
+
+def _lines(*parts: str) -> str:
+    return "\n".join(parts)
+
+
+def render_queue_bound(results: Sequence[Result], results_dir: Path) -> str:
+    (r,) = results
+    over, c1 = r.get("results", "overload"), r.get("results", "concurrency_1")
+    p99, timeout = _ms(over["latency_ms"]["all"]["p99"]), r.get("results", "queue_timeout_s")
+    overload = (
+        f"{over['sent']} gRPC requests to `resnet18` from {over['concurrency']} clients at once "
+        f"(closed loop, no pacing) ended as {over['succeeded']} results and {over['rejected']} "
+        f"refusals, {over['lost']} lost; accepted p99 {p99} against the {timeout:g} s queue timeout."
+    )
+    alone = (
+        f"At concurrency 1 the bounded model ran {c1['ratio']:.3f}x the throughput of the same model "
+        "with no bound (perf_analyzer, runs alternated in one server)."
+    )
+    return _lines(r.machine().header(r.source), "", f"{overload} {alone}")
+
+
+def render_reliability(results: Sequence[Result], results_dir: Path) -> str:
+    (r,) = results
+    over, prio, kill, live = (r.get(k) for k in ("overload", "priority", "kill", "live_update"))
+    dates = sorted(str(s["recorded"]) for s in (over, prio, kill, live))
+    span = f"{dates[0]} to {dates[-1]}".replace("T", " ").replace("Z", " UTC")
+    high, low = prio["latency_ms"]["high"], prio["latency_ms"]["low"]
+    accepted = _ms(over["latency_ms"]["all"]["p99"])
+    return _lines(
+        r.machine(date=span).header(r.source),
+        "",
+        f"* **Overload** ({over['sent']} requests from {over['concurrency']} clients): sent "
+        f"{over['sent']} = succeeded {over['succeeded']} + rejected {over['rejected']}, lost "
+        f"{over['lost']}; accepted p99 {accepted}, slowest request {over['max_seconds']:.1f} s.",
+        f"* **Priority** ({prio['sent']} requests from {prio['concurrency']} clients, two levels): "
+        f"the high class kept p50 / p99 {high['p50']:.0f} / {high['p99']:.0f} ms against the low "
+        f"class's {low['p50']:.0f} / {low['p99']:.0f} ms; lost {prio['lost']}.",
+        f"* **Server killed** (SIGKILL under load): the typed `ServerUnavailable` within "
+        f"{kill['slowest_error_after_kill_s']:g} s, serving again {kill['recovery_s']:g} s after a restart.",
+        f"* **Live update** (explicit model control): {live['lost']} of {live['sent']} requests lost, "
+        f"{live['in_flight_at_reload']} in flight at the reload.",
+    )
+
+
+LLM_SERVING_HEAD = (
+    "| dtype | 1 stream tokens/s | TTFT p50, 1 stream | 16 streams tokens/s | gain | server start | RSS |",
+    "|---|---|---|---|---|---|---|",
+)
+
+
+def render_llm_serving(results: Sequence[Result], results_dir: Path) -> str:
+    (r,) = results
+    lines = [r.machine().header(r.source), "", *LLM_SERVING_HEAD]
+    for key, run in r.get("runs").items():
+        setting = dict(part.split("=", 1) for part in key.split())
+        label = setting.pop("dtype", key) + "".join(f", {k} {v}" for k, v in setting.items())
+        one, many = run["one_stream"], run["sixteen_streams"]
+        cells = (
+            label,
+            f"{one['output_tokens_per_s']:g}",
+            f"{one['ttft_ms_p50']:.0f} ms",
+            f"{many['output_tokens_per_s']:g}",
+            f"{run['batching_gain']:.1f}x",
+            f"{run['server_start_s']:.0f} s",
+            f"{run['rss_mib_idle']:.0f} MiB",
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return _lines(*lines)
+
+
+def render_client_overhead(results: Sequence[Result], results_dir: Path) -> str:
+    (r,) = results
+    env = r.get("environment")
+    grpc, http = r.get("overhead_batch1", "grpc"), r.get("overhead_batch1", "http")
+    shm_grpc, shm_http = r.get("shm_16MiB", "grpc"), r.get("shm_16MiB", "http")
+    machine = Machine(
+        versions=tuple((k, str(env[k])) for k in ("python", "tritonclient", "numpy") if k in env)
+    )
+    text = (
+        f"`Client.infer` against the bare tritonclient call on `simple` at batch 1 (medians of "
+        f"{env['iterations']} calls): {grpc['overhead_pct']:.1f} % overhead over gRPC, "
+        f"{http['overhead_pct']:.1f} % over HTTP. A 16 MiB input through shared memory took "
+        f"{shm_grpc['shm_over_plain']:.2f}x the time of plain gRPC and "
+        f"{shm_http['shm_over_plain']:.2f}x that of plain HTTP."
+    )
+    return _lines(machine.header(r.source), "", text)
+
+
+def render_tune(results: Sequence[Result], results_dir: Path) -> str:
+    (r,) = results
+    confirm = r.get("confirm")
+    command = f"tritonforge tune {r.get('model')} --p99-ms {r.get('budget_ms'):g}"
+    text = (
+        f"`{command}` chose `{confirm['chosen']['label']}` over the spec's "
+        f"`{confirm['default']['label']}`; measured again side by side in one run it gave "
+        f"{confirm['throughput_ratio']:.2f}x the throughput at {confirm['p99_ratio']:.2f}x the p99."
+    )
+    return _lines(Machine(cores=r.data.get("cpus")).header(r.source), "", text)
+
+
+RUNNER_HEAD = (
+    "| variant | concurrency | inf/s per round | vs per-request | vs before |",
+    "|---|---|---|---|---|",
+)
+
+
+def render_runner_overhead(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.runner_overhead's variants of light_cnn: rates per round, ratios from the round sums."""
+    (r,) = results
+    summary = r.get("summary")
+    per_model: dict[str, Any] = summary.get("models") or summary.get("ratios") or {}
+    lines = [r.machine().header(r.source), "", *RUNNER_HEAD]
+    for key, m in per_model.items():
+        name, conc = key.removeprefix("light_cnn_").rsplit("_c", 1)
+        rounds = ", ".join(str(t) for t in m.get("throughput", [])) or "-"
+        before = f"{m['vs_before']:.2f}x" if m.get("vs_before") else "-"
+        lines.append(f"| {name} | {conc} | {rounds} | {m['vs_per_request']:.2f}x | {before} |")
+    return _lines(*lines)
+
+
+Renderer = Callable[[Sequence[Result], Path], str]
+
+
+@dataclass(frozen=True)
+class Kind:
+    render: Renderer
+    default: tuple[str, ...]  # results read when the marker names none
+
+
+KINDS: dict[str, Kind] = {
+    "bench_run": Kind(render_bench_run, BENCH_RUN),
+    "rows": Kind(render_rows, ()),
+    "llm": Kind(render_llm, ("llm",)),
+    "queue_bound": Kind(render_queue_bound, ("queue_bound",)),
+    "reliability": Kind(render_reliability, ("reliability",)),
+    "llm_serving": Kind(render_llm_serving, ("llm_serving",)),
+    "client_overhead": Kind(render_client_overhead, ("client_overhead",)),
+    "tune": Kind(render_tune, ("tune_resnet18/tune",)),
+    "runner_overhead": Kind(render_runner_overhead, ("runner_overhead",)),
+}
+
+
+# ---------------------------------------------------------------- blocks in documents
+
+
+@dataclass(frozen=True)
+class Block:
+    """One marked block of a document: what it names and where its body lies."""
+
+    label: str  # the marker's text, e.g. "queue_bound" or "rows serving_efficiency_no_spin"
+    start: int  # body start (after the opening marker)
+    end: int  # body end (the closing marker)
+
+    def render(self, results_dir: Path) -> str:
+        kind_name, *names = self.label.split()
+        kind = KINDS.get(kind_name)
+        if kind is None:
+            raise FiguresError(f"unknown figures block '{kind_name}' (known: {', '.join(KINDS)})")
+        names = names or list(kind.default)
+        if not names:
+            raise FiguresError(f"figures block '{kind_name}' needs a results file name")
+        return kind.render([load(n, results_dir) for n in names], results_dir)
+
+
+def blocks(text: str, where: str) -> list[Block]:
+    found = []
+    for match in OPEN.finditer(text):
+        end = text.find(CLOSE, match.end())
+        following = OPEN.search(text, match.end())
+        if end < 0 or (following and following.start() < end):
+            raise FiguresError(f"{where}: block '{match.group(1)}' has no {CLOSE}")
+        found.append(Block(match.group(1).strip(), match.end(), end))
+    return found
+
+
+def rewrite(text: str, where: str, results_dir: Path) -> tuple[str, list[str]]:
+    """The text with every block rendered, and the labels of the blocks that changed."""
+    out, stale, pos = [], [], 0
+    for block in blocks(text, where):
+        try:
+            body = "\n" + block.render(results_dir) + "\n"
+        except FiguresError as exc:
+            raise FiguresError(f"{where}: block '{block.label}': {exc}") from None
+        out += [text[pos : block.start], body]
+        if text[block.start : block.end] != body:
+            stale.append(block.label)
+        pos = block.end
+    return "".join(out) + text[pos:], stale
+
+
+def documents(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def run(root: Path, results_dir: Path, check: bool) -> list[str]:
+    """Rewrite (or only compare) every document; returns 'file: block' for each stale block."""
+    stale = []
+    for doc in documents(root):
+        if not doc.is_file():
+            continue
+        where = str(doc.relative_to(root))
+        text = doc.read_text()
+        new, changed = rewrite(text, where, results_dir)
+        stale += [f"{where}: block '{label}'" for label in changed]
+        if changed and not check:
+            doc.write_text(new)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.figures", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 listing stale blocks")
+    args = parser.parse_args(argv)
+    try:
+        stale = run(ROOT, RESULTS, args.check)
+    except FiguresError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in stale:
+        print(
+            f"{'stale' if args.check else 'rewrote'}: {line}", file=sys.stderr if args.check else sys.stdout
+        )
+    if args.check and stale:
+        print("run: .venv/bin/python -m bench.figures", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""bench.figures: every figure block of README.md and docs/*.md says what its results file holds."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.figures import RESULTS, ROOT, FiguresError, main, run
+
+MACHINE = {
+    "date": "2026-01-02 03:04 UTC",
+    "cpu": "Test CPU",
+    "cores": 4,
+    "cpu_flags": ["avx2", "avx512f"],
+    "python": "3.11.7",
+    "versions": {"numpy": "1.26.4"},
+    "load_avg": [0.5, 0.25, 0.125],
+}
+QUEUE_BOUND = {
+    "machine": MACHINE,
+    "rows": [],
+    "results": {
+        "queue_timeout_s": 5.0,
+        "overload": {
+            "sent": 3000,
+            "concurrency": 200,
+            "succeeded": 170,
+            "rejected": 2830,
+            "lost": 0,
+            "latency_ms": {"all": {"p99": 4001.8}},
+        },
+        "concurrency_1": {"ratio": 0.933},
+    },
+}
+STALE = """# Project
+
+Before.
+
+<!-- figures: queue_bound -->
+3000 requests ended as 92 results and 2908 refusals, p99 3.6 s; 0.999x at concurrency 1.
+<!-- /figures -->
+
+After.
+"""
+
+
+def tree(tmp_path: Path, readme: str) -> tuple[Path, Path]:
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "queue_bound.json").write_text(json.dumps(QUEUE_BOUND))
+    (tmp_path / "README.md").write_text(readme)
+    return tmp_path, results
+
+
+def test_every_committed_block_matches_its_results_file() -> None:
+    stale = run(ROOT, RESULTS, check=True)
+    assert not stale, "stale figures (run .venv/bin/python -m bench.figures): " + "; ".join(stale)
+
+
+def test_a_stale_block_is_named_then_rewritten_from_its_results_file(tmp_path: Path) -> None:
+    root, results = tree(tmp_path, STALE)
+
+    assert run(root, results, check=True) == ["README.md: block 'queue_bound'"]
+    assert (root / "README.md").read_text() == STALE  # --check writes nothing
+
+    assert run(root, results, check=False) == ["README.md: block 'queue_bound'"]
+    text = (root / "README.md").read_text()
+    assert "170 results and 2830 refusals" in text and "p99 4.0 s" in text and "0.933x" in text
+    assert "2908" not in text and "0.999x" not in text
+    assert "2026-01-02 03:04 UTC; CPU Test CPU, flags avx2, avx512f, cores 4" in text
+    assert "load average 0.5 / 0.25 / 0.125" in text and "numpy 1.26.4" in text
+    assert text.startswith("# Project\n\nBefore.\n\n") and text.endswith("<!-- /figures -->\n\nAfter.\n")
+    assert run(root, results, check=True) == []
+
+
+def test_a_missing_field_says_what_was_not_recorded(tmp_path: Path) -> None:
+    root, results = tree(tmp_path, STALE)
+    bare = {k: v for k, v in QUEUE_BOUND.items() if k != "machine"}
+    (results / "queue_bound.json").write_text(json.dumps(bare))
+    run(root, results, check=False)
+    assert "CPU not recorded, flags not recorded, cores not recorded" in (root / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("readme", "message"),
+    [
+        ("<!-- figures: nonesuch -->\n<!-- /figures -->\n", "unknown figures block 'nonesuch'"),
+        ("<!-- figures: queue_bound -->\nno end\n", "block 'queue_bound' has no <!-- /figures -->"),
+        ("<!-- figures: rows absent -->\n<!-- /figures -->\n", "no such results file"),
+    ],
+)
+def test_a_bad_block_is_one_error_naming_the_file(tmp_path: Path, readme: str, message: str) -> None:
+    root, results = tree(tmp_path, readme)
+    with pytest.raises(FiguresError, match=r"README\.md") as caught:
+        run(root, results, check=False)
+    assert message in str(caught.value)
+    assert (root / "README.md").read_text() == readme
+
+
+def test_check_exits_1_on_a_stale_tree_and_0_on_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, results = tree(tmp_path, STALE)
+    monkeypatch.setattr("bench.figures.ROOT", root)
+    monkeypatch.setattr("bench.figures.RESULTS", results)
+    assert main(["--check"]) == 1
+    assert main([]) == 0
+    assert main(["--check"]) == 0
