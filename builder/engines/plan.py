@@ -199,14 +199,27 @@ class _Job:
         return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised, ms)
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
-        """The same comparison and tolerance as the CPU variants of this precision."""
+        """The same comparison and tolerance as the CPU variants of this precision, for the
+        outputs of every batch size the plan ran at (``"<batch>:<output>"`` keys)."""
         from builder.stages.verify import compare  # ONNX Runtime, only once a plan ran
 
+        runs: dict[str, dict[str, NDArray[Any]]] = {}
         with np.load(outputs_file, allow_pickle=False) as data:
-            outputs = {k: data[k] for k in data.files}
+            for key in data.files:
+                batch, _, name = key.rpartition(":")
+                runs.setdefault(batch, {})[name] = data[key]
         tolerance = self.model.tolerances[precision]
-        metrics, failures = compare(dict(self.evaluation.reference), outputs, tolerance, self.model.outputs)
-        return failures, {name: asdict(m) for name, m in metrics.items()}
+        failures: list[str] = []
+        by_batch: dict[str, object] = {}
+        for batch, outputs in runs.items():
+            metrics, failed = compare(dict(self.evaluation.reference), outputs, tolerance, self.model.outputs)
+            failures += [f"at batch {batch}: {f}" if batch else f for f in failed]
+            by_batch[batch] = {name: asdict(m) for name, m in metrics.items()}
+        last = by_batch[max(runs, key=lambda b: int(b or 0))] if runs else {}
+        result: dict[str, object] = dict(last) if isinstance(last, dict) else {}
+        if len(runs) > 1:
+            result["batches"] = by_batch
+        return failures, result
 
     def _keep(
         self,

@@ -63,18 +63,34 @@ def triton_profiles(model: ModelSpec) -> list[str]:
 
 
 def profile_for(shapes: dict[str, tuple[int, ...]], profiles: list[ProfileShapes]) -> int:
-    """The profile TensorRT runs these input shapes with: the first whose range holds them all
-    (Triton's choice among an instance group's profiles)."""
+    """The profile Triton runs these input shapes with (``GetMostOptimizedProfile`` in its
+    TensorRT backend): among the profiles whose min..max hold every shape, the one whose opt
+    shapes are nearest (the sum of ``|opt - shape|`` over every dimension of every input),
+    the lowest index on a tie. Not the first that fits: with every profile spanning batch
+    1..max, the batch size alone decides."""
     if not profiles:
         return 0
-    for index, ranges in enumerate(profiles):
-        if all(_within(shapes.get(r.name), r) for r in ranges):
-            return index
+    fitting = [
+        (_distance(shapes, ranges), index)
+        for index, ranges in enumerate(profiles)
+        if all(_within(shapes.get(r.name), r) for r in ranges)
+    ]
+    if fitting:
+        return min(fitting)[1]
     held = "; ".join(
         f"{i}: {' '.join(f'{r.name} {list(r.min)}..{list(r.max)}' for r in p)}"
         for i, p in enumerate(profiles)
     )
     raise ValueError(f"input shapes {dict(shapes)} fit no optimization profile ({held})")
+
+
+def _distance(shapes: dict[str, tuple[int, ...]], ranges: ProfileShapes) -> int:
+    return sum(abs(o - s) for r in ranges for o, s in zip(r.opt, shapes[r.name], strict=True))
+
+
+def opt_batches(profiles: list[ProfileShapes]) -> list[int]:
+    """The batch sizes Triton serves each profile at its best: every profile's opt batch."""
+    return [ranges[0].opt[0] for ranges in profiles if ranges]
 
 
 def _within(shape: tuple[int, ...] | None, r: InputRange) -> bool:

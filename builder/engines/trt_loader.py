@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.engines.profiles import ProfileShapes
+from builder.engines.profiles import InputRange, ProfileShapes
 from builder.engines.request import BuildRequest
 
 if TYPE_CHECKING:
@@ -111,13 +111,17 @@ def add_profiles(
 ) -> list[trt.IOptimizationProfile]:
     import tensorrt as trt
 
-    names = {network.get_input(i).name for i in range(network.num_inputs)}
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    declared = {t.name: [t.shape[d] for d in range(len(t.shape))] for t in inputs}
     profiles = []
     for index, ranges in enumerate(shapes):
         profile = builder.create_optimization_profile()
         for r in ranges:
-            if r.name not in names:
+            if r.name not in declared:
                 raise EngineBuildError(f"profiles[{index}]: the ONNX model has no input '{r.name}'")
+            misfit = profile_misfit(r, declared[r.name])
+            if misfit:  # TensorRT would say so only in build_serialized_network, after parsing
+                raise EngineBuildError(f"profiles[{index}]: {misfit}")
             try:
                 profile.set_shape(r.name, trt.Dims(list(r.min)), trt.Dims(list(r.opt)), trt.Dims(list(r.max)))
             except ValueError as exc:  # TensorRT checks 0 <= min <= opt <= max and the fixed dims
@@ -129,6 +133,17 @@ def add_profiles(
             raise EngineBuildError(f"profiles[{index}]: TensorRT rejected the profile {ranges}")
         profiles.append(profile)
     return profiles
+
+
+def profile_misfit(r: InputRange, network_shape: list[int]) -> str | None:
+    """Why a profile's shapes do not fit the network input (its rank or a fixed dimension)."""
+    for which in ("min", "opt", "max"):
+        dims = list(getattr(r, which))
+        if len(dims) != len(network_shape) or any(
+            fixed not in (-1, d) for fixed, d in zip(network_shape, dims, strict=False)
+        ):
+            return f"'{r.name}' {which} {dims} does not fit the network's input shape {network_shape}"
+    return None
 
 
 def set_table_calibrator(

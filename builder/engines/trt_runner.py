@@ -9,7 +9,26 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from builder.engines.profiles import ProfileShapes, profile_for
+from builder.engines.profiles import ProfileShapes, opt_batches, profile_for
+
+
+def verification_batches(batch_size: int, profiles: list[ProfileShapes]) -> list[int]:
+    """The batch sizes the evaluation set runs at: each profile's opt batch and the max batch,
+    so that Triton's rule picks every profile (0: an unbatched model, one sample at a time)."""
+    if not batch_size:
+        return [0]
+    return sorted({*(b for b in opt_batches(profiles) if 0 < b <= batch_size), batch_size})
+
+
+def run_all(
+    plan: bytes, inputs: Mapping[str, NDArray[Any]], batch_size: int, profiles: list[ProfileShapes]
+) -> dict[str, NDArray[Any]]:
+    """Outputs at every verification batch size, keyed ``"<batch>:<output>"``."""
+    return {
+        f"{b}:{name}": value
+        for b in verification_batches(batch_size, profiles)
+        for name, value in run_plan(plan, inputs, b, profiles).items()
+    }
 
 
 def run_plan(
@@ -43,9 +62,13 @@ def run_plan(
 def profiles_run(
     inputs: Mapping[str, NDArray[Any]], batch_size: int, profiles: list[ProfileShapes]
 ) -> list[int]:
-    """The profiles :func:`run_plan` exercises on these inputs."""
+    """The profiles :func:`run_all` exercises on these inputs."""
     return sorted(
-        {profile_for({k: v.shape for k, v in f.items()}, profiles) for f in batches(inputs, batch_size)}
+        {
+            profile_for({k: v.shape for k, v in f.items()}, profiles)
+            for b in verification_batches(batch_size, profiles)
+            for f in batches(inputs, b)
+        }
     )
 
 

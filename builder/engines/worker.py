@@ -31,11 +31,11 @@ def main(argv: list[str]) -> int:
     _write(Path(req.plan), plan)
     print(f"built {req.plan} ({len(plan)} bytes)", flush=True)
     if req.eval_inputs and req.eval_outputs:
-        from builder.engines.trt_runner import run_plan
+        from builder.engines.trt_runner import run_all
 
         inputs = dict(np.load(req.eval_inputs, allow_pickle=False))
         try:
-            outputs = run_plan(plan, inputs, req.batch_size, req.profiles)
+            outputs = run_all(plan, inputs, req.batch_size, req.profiles)
         except Exception as exc:  # a plan that does not run is a failed plan, with the reason
             return _fail(f"the plan was built but running it failed: {type(exc).__name__}: {exc}")
         np.savez(req.eval_outputs, **outputs)

@@ -77,10 +77,12 @@ def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, varia
         meta = read_metadata(r.plan)
         assert meta is not None and meta.verification["logits"]["min_cosine"] == pytest.approx(1.0)
         assert not (r.plan.parent / ".staging").exists()
-    # each plan ran in its own worker, on the 6 evaluation samples at once (max_batch_size 16),
-    # then again to time it
-    assert {str(e) for e in trt10.named("infer")} == {str([0, {"input": [6, 3, 8, 8]}])}
-    assert len(trt10.named("infer")) == 3 * (1 + 23)
+    # each plan ran in its own worker, on the 6 evaluation samples at each profile's opt batch
+    # (4, 8) and the max (16): 4 + 2, 6 and 6 samples, then again to time it
+    batches = [e[1]["input"][0] for e in trt10.named("infer")]
+    assert {str(e[0]) for e in trt10.named("infer")} == {"0"}
+    assert batches[:4] == [4, 2, 6, 6]
+    assert len(batches) == 3 * (4 + 23)
     for r in results:
         meta = read_metadata(r.plan)
         assert meta is not None and meta.ms_per_sample is not None and meta.ms_per_sample > 0
@@ -101,7 +103,7 @@ def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a
     )
     assert result.status is Status.FAILED
     assert (
-        "the evaluation set cannot run on this plan: input shapes {'input': (16, 3, 20, 20)} fit no"
+        "the evaluation set cannot run on this plan: input shapes {'input': (4, 3, 20, 20)} fit no"
         in result.message
     )
     plan = tmp_path / "engines" / "fp32" / "model.plan"
@@ -126,7 +128,7 @@ def test_each_batch_runs_under_the_profile_triton_would_choose(
             availability=a10,
         )
         assert result.status is Status.BUILT, result.message
-    assert trt10.named("TrtRunner") == [[0], [0], [1], [1]]  # run, then timed
+    assert trt10.named("TrtRunner") == [[0]] * 4 + [[1]] * 4  # run at batch 4, 8 and 16, then timed
     meta = read_metadata(tmp_path / "large" / "fp32" / "model.plan")
     assert meta is not None and meta.profiles_verified == [1]
 
@@ -308,3 +310,62 @@ def _keep_verified(job, precision, req, plan, tmp_path):
     built = staging / plan.name
     built.write_bytes(b"PLAN")
     return job._keep(precision, req, plan, built, {"logits": {"min_cosine": 1.0}}, staging)
+
+
+def _batch_profiles() -> list[dict]:
+    """Two profiles over the same images, for batch 2 and batch 16: only Triton's nearest-opt
+    rule sends a request to profile 1."""
+    same = {"input": {"min": [3, 4, 4], "opt": [3, 8, 8], "max": [3, 16, 16]}}
+    return [{"opt_batch": 2, "shapes": same}, {"opt_batch": 16, "shapes": same}]
+
+
+def test_every_profile_is_verified_and_run_as_triton_would_choose_it(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    (result,) = plan_engines(
+        tiny_model(profiles=_batch_profiles()),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants, eval_inputs_shaped(3, 8, 8, samples=20)),
+        precisions=[Precision.FP32],
+        availability=a10,
+    )
+    assert result.status is Status.BUILT, result.message
+    assert result.message == "built and verified"
+    # at batch 2 (profile 0's opt) and 16 (profile 1's opt and the max): the 4 left over at 16
+    # go to profile 0, whose opt (2) is nearer
+    runs = [(p, shapes["input"][0]) for p, shapes in trt10.named("infer")]
+    assert sorted(set(runs)) == [(0, 2), (0, 4), (1, 16)]
+    meta = read_metadata(result.plan)
+    assert meta is not None and meta.profiles_verified == [0, 1]
+    assert sorted(meta.verification["batches"]) == ["16", "2"]
+
+
+def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, variants) -> None:
+    import tensorrt as trt
+    from trt_double_runner import EngineFromBytes, TrtRunner
+
+    from builder.engines.profiles import profile_shapes
+
+    plan = trt.IHostMemory(
+        trt.PLAN_MAGIC
+        + __import__("json")
+        .dumps(
+            {
+                "version": trt.__version__,
+                "onnx": str(variants[Precision.FP32]),
+                "inputs": {"input": [-1, 3, -1, -1]},
+                "profiles": [
+                    {r.name: [list(r.min), list(r.opt), list(r.max)] for r in p}
+                    for p in profile_shapes(tiny_model(profiles=_batch_profiles()))
+                ],
+            }
+        )
+        .encode()
+    )
+    with TrtRunner(EngineFromBytes(plan), optimization_profile=0) as runner:
+        with pytest.raises(RuntimeError, match="Triton serves them with profile 1"):
+            runner.infer({"input": np.zeros((16, 3, 8, 8), np.float32)})
+        assert list(runner.infer({"input": np.zeros((2, 3, 8, 8), np.float32)})) == ["logits"]

@@ -150,9 +150,27 @@ def test_shapes_tensorrt_refuses_fail_with_the_profile_and_input_named(trt10, tm
 def test_a_profile_that_does_not_fit_the_network_is_refused(trt10, tmp_path, variants) -> None:
     req = _request(tmp_path, variants, Precision.FP32, 10)
     req.profiles[0] = [InputRange("input", (1, 4, 4, 4), (4, 4, 8, 8), (16, 4, 16, 16))]  # 4 channels, not 3
-    with pytest.raises(EngineBuildError, match=r"profiles\[0\]: TensorRT rejected the profile"):
+    with pytest.raises(
+        EngineBuildError,
+        match=r"profiles\[0\]: 'input' min \[1, 4, 4, 4\] does not fit the network's input shape "
+        r"\[-1, 3, -1, -1\]",
+    ):
         build_plan(req)
-    assert trt10.named("add_optimization_profile") == [[-1]]
+    assert trt10.named("build_serialized_network") == []
+
+
+def test_tensorrt_refuses_a_misfit_profile_when_building_not_when_adding_it(trt10, variants) -> None:
+    import tensorrt as trt
+
+    builder = trt.Builder(trt.Logger())
+    network = builder.create_network(0)
+    assert trt.OnnxParser(network, trt.Logger()).parse_from_file(str(variants[Precision.FP32]))
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    profile.set_shape("input", trt.Dims([1, 4, 4, 4]), trt.Dims([4, 4, 8, 8]), trt.Dims([16, 4, 16, 16]))
+    assert config.add_optimization_profile(profile) == 0
+    assert builder.build_serialized_network(network, config) is None
+    assert "optimization profile 0 is invalid for the network" in trt10.named("error")[0][0]
 
 
 def test_a_dynamic_network_without_a_profile_builds_no_engine(trt10, tmp_path, variants) -> None:

@@ -4,9 +4,11 @@ A double plan names the ONNX it was built from; running it runs that ONNX with O
 Runtime on the CPU, after the checks TensorRT makes: the plan deserializes only
 under the TensorRT version that built it, and every input shape must lie within
 the optimization profile the execution context uses (profile 0 unless told, as
-Polygraphy's ``TrtRunner``). ``install()`` (called by ``sitecustomize`` here, so in
-every build subprocess) puts these classes in place of ``EngineFromBytes`` and
-``TrtRunner`` in ``polygraphy.backend.trt`` when that module is imported.
+Polygraphy's ``TrtRunner``), and that profile must be the one Triton would choose for
+those shapes (:func:`triton_profile`), so verification covers what Triton serves.
+``install()`` (called by ``sitecustomize`` here, so in every build subprocess) puts
+these classes in place of ``EngineFromBytes`` and ``TrtRunner`` in
+``polygraphy.backend.trt`` when that module is imported.
 """
 
 from __future__ import annotations
@@ -59,9 +61,19 @@ class TrtRunner:
 
         for name, value in feed_dict.items():
             self._check_shape(name, list(value.shape))
+        self._check_triton_would_choose({name: list(v.shape) for name, v in feed_dict.items()})
         trt._record("infer", self.profile, {name: list(v.shape) for name, v in feed_dict.items()})
         names = [o.name for o in self.session.get_outputs()]
         return OrderedDict(zip(names, self.session.run(names, dict(feed_dict)), strict=False))
+
+    def _check_triton_would_choose(self, shapes: dict[str, list[int]]) -> None:
+        """Verification must run each shape under the profile Triton serves it with."""
+        chosen = triton_profile(self.plan["profiles"], shapes)
+        if chosen is not None and chosen != self.profile:
+            raise RuntimeError(
+                f"shapes {shapes} ran under profile {self.profile}; Triton serves them with profile "
+                f"{chosen} (the nearest opt shape)"
+            )
 
     def _check_shape(self, name: str, shape: list[int]) -> None:
         declared = self.plan["inputs"].get(name)
@@ -80,6 +92,25 @@ class TrtRunner:
                 f"IExecutionContext::setInputShape: input '{name}' shape {shape} is outside optimization "
                 f"profile {self.profile} (min {low}, max {high})"
             )
+
+
+def triton_profile(profiles: list[dict[str, Any]], shapes: dict[str, list[int]]) -> int | None:
+    """Triton's TensorRT backend (GetMostOptimizedProfile): among the profiles whose min..max
+    hold every input, the one with the least sum of |opt - shape|; the first on a tie."""
+    best: tuple[int, int] | None = None
+    for index, profile in enumerate(profiles):
+        distance = 0
+        for name, (low, opt, high) in profile.items():
+            shape = shapes.get(name, [])
+            if len(shape) != len(low) or not all(
+                lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=False)
+            ):
+                break
+            distance += sum(abs(o - s) for o, s in zip(opt, shape, strict=False))
+        else:
+            if best is None or distance < best[0]:
+                best = (distance, index)
+    return None if best is None else best[1]
 
 
 class _Patch(importlib.abc.MetaPathFinder):

@@ -7,9 +7,10 @@ lines, so tests in the parent process can read what a build subprocess did.
 
 It refuses what TensorRT refuses, where the builder could get it wrong: INT32
 quantized data behind a DequantizeLinear (the parser), ``set_shape`` values that
-break TensorRT's three rules (ValueError), an incomplete or invalid profile
-(``add_optimization_profile`` returns -1), a network with dynamic inputs and no
-profile, a calibration cache whose header is not this version's (it then
+break TensorRT's three rules (ValueError), a profile invalid in itself
+(``add_optimization_profile`` returns -1), a profile that does not fit the network
+(``build_serialized_network`` returns None, as TensorRT reports it there), a
+network with dynamic inputs and no profile, a calibration cache whose header is not this version's (it then
 "calibrates" with the calibrator's batches, and without any the build fails), a
 timing cache from another version or device (``set_timing_cache`` returns
 False), and a plan of another version (``Runtime.deserialize_cuda_engine``
@@ -272,7 +273,9 @@ class IBuilderConfig:
         _record("set_memory_pool_limit", pool.name, size)
 
     def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
-        if not profile or (self._network is not None and profile.problem(self._network)):
+        # Only a profile invalid in itself is refused here; whether it fits the network is
+        # checked by build_serialized_network, as TensorRT does.
+        if not profile:
             _record("add_optimization_profile", -1)
             return -1
         self.profiles.append(profile)
@@ -341,6 +344,11 @@ class Builder:
                 "error", "Network has dynamic or shape inputs, but no optimization profile has been defined."
             )
             return None
+        for index, profile in enumerate(config.profiles):
+            problem = profile.problem(network)
+            if problem:
+                _record("error", f"optimization profile {index} is invalid for the network: {problem}")
+                return None
         calibrator = getattr(config, "int8_calibrator", None)
         if calibrator is not None and not _calibrate(calibrator, network):
             return None
