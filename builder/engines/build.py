@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from builder.engines.detect import TensorRTAvailability, detect
-from builder.engines.metadata import metadata_path, read_metadata, sha256
+from builder.engines.metadata import Fingerprint, PlanMetadata, metadata_path, read_metadata, sha256
 from builder.engines.plan import EngineResult, Evaluation, Status, plan_engines, wanted_precisions
+from builder.engines.profiles import profile_shapes
 from builder.errors import UserError
 from builder.records import EngineSummary, InstalledPlan, Log
 from builder.spec import ModelSpec, Precision
@@ -44,7 +45,7 @@ class EngineSet:
     served: dict[str, Precision] = field(default_factory=dict)  # the CPU stages' choice
     named: dict[str, Precision] = field(default_factory=dict)  # serve.gpu in the spec
     cc_files: dict[str, dict[str, str]] = field(default_factory=dict)  # cc_model_filenames per model
-    onnx_hashes: dict[str, set[str]] = field(default_factory=dict)  # of each model's variants now
+    profile_counts: dict[str, int] = field(default_factory=dict)  # profiles each model's config lists
     previous_repository: Path | None = None  # the published one, whose other-GPU plans are kept
 
     @property
@@ -78,7 +79,11 @@ class EngineSet:
             installed += kept_plans(
                 self.previous_repository / model / "1",
                 self.cc_files.get(model, {}),
-                self.onnx_hashes.get(model, set()),
+                Loadable(
+                    self.availability,
+                    {r.precision.value: r.fingerprint for r in self.results.get(model, []) if r.fingerprint},
+                    self.profile_counts.get(model, 0),
+                ),
                 skip=here.name if here is not None else None,
             )
         return installed
@@ -92,19 +97,42 @@ class EngineSet:
         ]
 
 
-def kept_plans(
-    previous: Path, cc_files: dict[str, str], onnx_hashes: set[str], skip: str | None
-) -> list[Path]:
+@dataclass(frozen=True)
+class Loadable:
+    """What a plan built on another GPU must match to be served beside this build's: the
+    TensorRT (and its CUDA build) the server loads plans with, what a plan of its precision is
+    built from now (ONNX and options), and the number of profiles the config lists."""
+
+    here: TensorRTAvailability
+    fingerprints: dict[str, Fingerprint]  # precision -> as built here now
+    profile_count: int
+
+    def why_not(self, meta: PlanMetadata, cc: str) -> str | None:
+        expected = self.fingerprints.get(meta.precision)
+        if meta.compute_capability != cc:
+            return f"built for {meta.compute_capability}, listed for {cc}"
+        if (meta.tensorrt_version, meta.tensorrt_cuda) != (self.here.version, self.here.cuda):
+            return f"built with TensorRT {meta.tensorrt_version} {meta.tensorrt_cuda}".rstrip()
+        if expected is None:
+            return f"no {meta.precision} plan was verified here to compare its options with"
+        if (meta.onnx_sha256, meta.options_sha256) != (expected.onnx_sha256, expected.options_sha256):
+            return "built from another ONNX or with other options"
+        if meta.profile_count != self.profile_count:
+            return f"{meta.profile_count} profiles; the config lists {self.profile_count}"
+        return None
+
+
+def kept_plans(previous: Path, cc_files: dict[str, str], loadable: Loadable, skip: str | None) -> list[Path]:
     """Plans of the previous repository's version folder for the other compute capabilities
-    (built on another GPU, so not checkable here): kept when their metadata matches the file,
-    its compute capability and an ONNX variant of the model as it is now."""
+    (built on another GPU, so not run here): kept when their metadata matches the file and
+    the server could load them as the config says (:class:`Loadable`)."""
     kept = []
     for cc, name in sorted(cc_files.items()):
         plan = previous / name
         meta = read_metadata(plan) if name != skip and plan.is_file() else None
-        if meta is None or meta.plan_sha256 != sha256(plan) or meta.compute_capability != cc:
+        if meta is None or meta.plan_sha256 != sha256(plan):
             continue
-        if meta.onnx_sha256 in onnx_hashes:
+        if loadable.why_not(meta, cc) is None:
             kept.append(plan)
     return kept
 
@@ -151,6 +179,7 @@ def build_all(
         served={m.spec.name: m.served for m in models if m.served is not None},
         named={m.spec.name: p for m in models if (p := m.spec.serve.variant("gpu")) is not None},
         cc_files={m.spec.name: cc_model_filenames(m.spec.engine) for m in models},
+        profile_counts={m.spec.name: len(profile_shapes(m.spec)) for m in models},
         previous_repository=previous_repository,
     )
     if not found.available:
@@ -160,8 +189,6 @@ def build_all(
         log(message)
         return engines
     for m in models:
-        if engines.cc_files[m.spec.name]:  # only then are other GPUs' plans kept (and checked)
-            engines.onnx_hashes[m.spec.name] = {sha256(v) for v in m.variants.values() if v.is_file()}
         engines.results[m.spec.name] = plan_engines(
             m.spec,
             m.variants,

@@ -49,6 +49,7 @@ class PlanMetadata:
     verification_sha256: str = ""
     ms_per_sample: float | None = None  # measured on the evaluation set's first batch, on this GPU
     tensorrt_cuda: str = ""  # "cu12" / "cu13": builds of one TensorRT version for two CUDA majors
+    profile_count: int = 0  # optimization profiles in the plan (the config lists each)
     format: int = FORMAT
 
 

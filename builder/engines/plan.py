@@ -54,6 +54,7 @@ class EngineResult:
     status: Status
     message: str = ""
     plan: Path | None = None  # set only for a verified plan (BUILT or FRESH)
+    fingerprint: Fingerprint | None = None  # what a plan of this precision is built from now
 
     @property
     def ok(self) -> bool:
@@ -121,6 +122,9 @@ class _Job:
         assert self.found.gpu is not None and self.found.version is not None
         cc = self.found.gpu.compute_capability
         plan = self.out_dir / precision.value / plan_filename(self.options, cc)
+        unmapped = self._unmapped(cc)
+        if unmapped:
+            return self._failed(precision, plan, unmapped)
         cache = self.cache_dir / f"timing-trt{self.found.version}-sm{cc.replace('.', '')}.cache"
         try:
             req = make_request(
@@ -137,9 +141,22 @@ class _Job:
             return self._failed(precision, plan, str(exc))
         if req.calibration_table is not None:
             req.calibration_table = str(self._headed_table(Path(req.calibration_table), plan))
-        if if_stale and stale_reason(plan, self.found, self._expected(precision, req)) is None:
-            return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan)
+        expected = self._expected(precision, req)
+        if if_stale and stale_reason(plan, self.found, expected) is None:
+            return EngineResult(self.model.name, precision, Status.FRESH, "up to date", plan, expected)
         return self._build(precision, req, plan)
+
+    def _unmapped(self, cc: str) -> str | None:
+        """Triton loads ``cc_model_filenames[cc]``, else ``default_model_filename``: a plan for
+        a compute capability the list lacks would never be loaded."""
+        listed = self.options.cc_model_filenames
+        if not listed or cc in listed:
+            return None
+        assert self.found.gpu is not None
+        return (
+            f"engine.cc_model_filenames lists {', '.join(listed)} but this GPU ({self.found.gpu.name}) "
+            f"is {cc}: Triton would look for model.plan and not load the model; add '{cc}' to the list"
+        )
 
     def _expected(self, precision: Precision, req: BuildRequest) -> Fingerprint:
         tolerance = self.model.tolerances[precision].model_dump(mode="json")
@@ -253,12 +270,14 @@ class _Job:
                 verification_sha256=fp.verification_sha256,
                 tensorrt_cuda=self.found.cuda,
                 ms_per_sample=ms_per_sample,
+                profile_count=len(req.profiles),
             ),
         )
         shutil.rmtree(staging, ignore_errors=True)
         unverified = [i for i in range(len(req.profiles)) if i not in (exercised or [])]
         note = f" (no evaluation sample fits profiles {unverified}: not run)" if unverified else ""
-        return EngineResult(self.model.name, precision, Status.BUILT, "built and verified" + note, plan)
+        message = "built and verified" + note
+        return EngineResult(self.model.name, precision, Status.BUILT, message, plan, fp)
 
     def _failed(
         self, precision: Precision, plan: Path, message: str, staging: Path | None = None

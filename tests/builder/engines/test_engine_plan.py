@@ -369,3 +369,26 @@ def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, v
         with pytest.raises(RuntimeError, match="Triton serves them with profile 1"):
             runner.infer({"input": np.zeros((16, 3, 8, 8), np.float32)})
         assert list(runner.infer({"input": np.zeros((2, 3, 8, 8), np.float32)})) == ["logits"]
+
+
+def test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    # Triton looks up the GPU's compute capability, else default_model_filename (model.plan):
+    # a model.sm86.plan nothing maps would never load.
+    (result,) = plan_engines(
+        tiny_model(engine={"cc_model_filenames": ["8.0", "8.9"]}),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.FP16],
+        availability=a10,
+    )
+    assert result.status is Status.FAILED and result.plan is None
+    assert result.message == (
+        "engine.cc_model_filenames lists 8.0, 8.9 but this GPU (NVIDIA A10) is 8.6: Triton would "
+        "look for model.plan and not load the model; add '8.6' to the list"
+    )
+    assert trt10.events() == []
