@@ -75,7 +75,7 @@ def test_a_gpu_host_run_builds_every_plan_then_rebuilds_none(tiny_project: Path,
     # records it. fp32 and fp16 pass on any CPU. The int8 variant, made with TensorRT's recipe
     # (8-bit weights), passes only where ONNX Runtime's INT8 dot products do not saturate: on
     # a CPU with VNNI (cpu_has_vnni, the flag the local target's 7-bit recipe reads).
-    assert verified == ["fp32", "fp16", "int8"] if cpu_has_vnni() else ["fp32", "fp16"]
+    assert verified == (["fp32", "fp16", "int8"] if cpu_has_vnni() else ["fp32", "fp16"])
     assert built == [("tiny", p, "built") for p in verified]
     assert fresh == [("tiny", p, "fresh") for p in verified]
     assert report["steps"]["rebuild"]["rebuilt"] == []
