@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import ONNX_FILE, model_io_config, set_batching, set_instances, set_warmup
-from builder.engines.profiles import triton_profiles
+from builder.configs import ONNX_FILE, model_io_config, set_instances, set_warmup
+from builder.engines.profiles import opt_batches, profile_shapes, triton_profiles
 from builder.errors import SpecError, VerificationError
 from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
@@ -71,9 +71,9 @@ class GpuTarget(Target):
         cfg.platform = "tensorrt_plan"
         cfg.default_model_filename = PLAN_FILE
         cfg.cc_model_filenames.update(cc_model_filenames(model.engine))
-        if model.engine.cuda_graphs:
-            cfg.optimization.cuda.graphs = True
-        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
+        if model.engine.cuda_graphs and not any(t.dynamic for t in model.inputs):
+            set_cuda_graphs(cfg, model)
+        self._scheduling(cfg, model, queue_policy=True)
         set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
         # Every TensorRT profile selectable: without this Triton uses profile 0 only.
         cfg.instance_group[0].profile.extend(triton_profiles(model))
@@ -96,7 +96,7 @@ class GpuTarget(Target):
         cfg = model_io_config(model, f"{model.name}_onnx")
         cfg.platform = "onnxruntime_onnx"
         cfg.default_model_filename = ONNX_FILE
-        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=True)
+        self._scheduling(cfg, model, queue_policy=True)
         set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
         return cfg
 
@@ -104,3 +104,22 @@ class GpuTarget(Target):
         assert build.served is not None
         source = Precision.FP32 if Precision.FP32 in build.passed else build.served
         return ModelEntry(self.fallback_config(build.spec), {ONNX_FILE: build.variants[source]})
+
+
+def set_cuda_graphs(cfg: ModelConfig, model: ModelSpec) -> None:
+    """CUDA graphs for every batch size served: one graph at each profile's opt batch and at the
+    max, each used (padded) from just above the previous one. Only for fixed tensor shapes: a
+    graph serves the shapes it was captured at, and Triton without ``graph_spec`` captures at
+    the opt shape and exact batch sizes only."""
+    cuda = cfg.optimization.cuda
+    cuda.graphs = True
+    tops = sorted({b for b in opt_batches(profile_shapes(model)) if b <= model.max_batch_size})
+    tops = sorted({*tops, model.max_batch_size})
+    lower = 1 if model.max_batch_size else 0
+    for top in tops:
+        spec = cuda.graph_spec.add(batch_size=top)
+        spec.graph_lower_bound.batch_size = lower
+        for tensor in model.inputs:
+            spec.input[tensor.name].dim.extend(tensor.dims)
+            spec.graph_lower_bound.input[tensor.name].dim.extend(tensor.dims)
+        lower = top + 1

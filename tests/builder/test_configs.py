@@ -170,13 +170,41 @@ def test_cpu_target_is_onnxruntime(tmp_path: Path) -> None:
     assert threaded.parameters["intra_op_thread_count"].string_value == "2"
 
 
+def fixed_model(**overrides: object) -> ModelSpec:
+    """full_model with fixed tensor shapes: the batch size is all that varies."""
+    fixed = {
+        "inputs": [{"name": "tokens", "dtype": "INT64", "dims": [16]}],
+        "outputs": [{"name": "logits", "dtype": "FP32", "dims": [10]}],
+        "profiles": [{"opt_batch": 8}, {"opt_batch": 2}],
+    }
+    return full_model(**{**fixed, **overrides})
+
+
 def test_gpu_target_is_tensorrt_with_cuda_graphs_only_when_asked(tmp_path: Path) -> None:
-    cfg = round_trip(core_config(full_model(), "gpu", variant=Precision.FP16), tmp_path)
+    cfg = round_trip(core_config(fixed_model(), "gpu", variant=Precision.FP16), tmp_path)
     assert cfg.platform == "tensorrt_plan" and cfg.default_model_filename == "model.plan"
     assert cfg.optimization.cuda.graphs
     assert not cfg.cc_model_filenames
-    plain = core_config(full_model(engine={}), "gpu", variant=Precision.FP16)
+    plain = core_config(fixed_model(engine={}), "gpu", variant=Precision.FP16)
     assert not plain.HasField("optimization")
+
+
+def test_cuda_graphs_cover_every_batch_size_served(tmp_path: Path) -> None:
+    # Without graph_spec Triton captures at the opt shape's exact batch sizes only; each graph
+    # here serves the batch sizes from its lower bound up (padded), 1..16 in all.
+    cfg = round_trip(core_config(fixed_model(), "gpu", variant=Precision.FP16), tmp_path)
+    specs = [
+        (g.batch_size, g.graph_lower_bound.batch_size, {k: list(v.dim) for k, v in g.input.items()})
+        for g in cfg.optimization.cuda.graph_spec
+    ]
+    assert specs == [(2, 1, {"tokens": [16]}), (8, 3, {"tokens": [16]}), (16, 9, {"tokens": [16]})]
+    assert all(dict(g.graph_lower_bound.input) == dict(g.input) for g in cfg.optimization.cuda.graph_spec)
+
+
+def test_cuda_graphs_stay_off_where_the_shapes_vary(tmp_path: Path) -> None:
+    # tokens [-1]: a graph captured at one sequence length serves no other
+    cfg = round_trip(core_config(full_model(), "gpu", variant=Precision.FP16), tmp_path)
+    assert not cfg.HasField("optimization")
 
 
 def test_gpu_plans_per_compute_capability(tmp_path: Path) -> None:
