@@ -58,9 +58,11 @@ test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
 	$(BIN)/pytest --durations=30 $(PYTEST_ARGS)
 
-# Benchmarks against the real tritonserver (about 15 minutes); write bench/results/ and summary.md.
+# Benchmarks against the real tritonserver; write bench/results/ and summary.md (the last run and
+# its duration: docs/bench.md), then rewrite the figure blocks of README.md and docs/ from them.
 bench: $(STAMP) tools
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.figures
 
 docker:
 	docker build -t $(IMAGE) .
