@@ -44,17 +44,25 @@ KIND_GPU = "KIND_GPU"
 def io_config(
     name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int
 ) -> ModelConfig:
+# Triton has no rank-0 tensors in a request: a model's scalar is sent as [1] and reshaped to [].
+RANK_0 = ModelTensorReshape(shape=[])
     """Name, batch size, inputs and outputs (labels files by their basename)."""
     cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
     for t in inputs:
-        cfg.input.append(ModelInput(name=t.name, data_type=_dtype(t), dims=t.dims, optional=t.optional))
+        cfg.input.append(
+            ModelInput(name=t.name, data_type=_dtype(t), dims=request_dims(t), optional=t.optional)
+        )
         if t.format is not None:
             cfg.input[-1].format = ModelInput.Format.Value(f"FORMAT_{t.format.value}")
     for t in outputs:
-        out = ModelOutput(name=t.name, data_type=_dtype(t), dims=t.dims)
+        out = ModelOutput(name=t.name, data_type=_dtype(t), dims=request_dims(t))
+        if not t.dims:
+            out.reshape.CopyFrom(RANK_0)
         if t.labels:
             out.label_filename = label_file_name(t.labels)
         cfg.output.append(out)
+        if not t.dims:
+            cfg.input[-1].reshape.CopyFrom(RANK_0)
     return cfg
 
 
@@ -63,6 +71,11 @@ def model_io_config(model: ModelSpec, name: str | None = None) -> ModelConfig:
 
 
 def python_config(pm: PythonModelSpec, *, queue_policy: bool) -> ModelConfig:
+def request_dims(t: TensorSpec) -> list[int]:
+    """A tensor's dims as a request carries them: a scalar as [1] (``reshape`` makes it rank 0)."""
+    return t.dims or [1]
+
+
     """A pre/post-processing model; it runs on the CPU on every target."""
     cfg = io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
     cfg.backend = "python"
@@ -158,7 +171,7 @@ def set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
         for t in model.inputs:
             entry = sample.inputs[t.name]
             entry.data_type = _dtype(t)
-            entry.dims.extend(model.shape_range(t).opt)
+            entry.dims.extend(model.shape_range(t).opt or request_dims(t))
             # Random floats exercise real kernels; integer inputs are often indices, so zeros.
             if t.dtype.is_float:
                 entry.random_data = True

@@ -100,6 +100,8 @@ def _checked(
         field = f": input '{name}'"
         if not isinstance(value, np.ndarray):
             raise fail(f"expected a numpy array, got {type(value).__name__}", field)
+        if specs[name].dims == [1] and value.ndim == 1:
+            value = value[:, np.newaxis]  # one scalar a sample
         problem = _problem(value, specs[name], model)
         if problem:
             raise fail(problem, field)
@@ -148,3 +150,24 @@ def _as_dtype(value: NDArray[Any], dtype: DType) -> NDArray[Any]:
     if dtype is DType.STRING:
         return value.astype(np.object_)
     return np.ascontiguousarray(value, dtype=to_numpy(dtype))
+
+
+SYNTHETIC_SAMPLES = 8
+SYNTHETIC_SEED = 0
+
+
+def synthetic_samples(model: ModelSpec, count: int = SYNTHETIC_SAMPLES) -> dict[str, NDArray[Any]]:
+    """Samples for a model without evaluation data: seeded standard-normal floats and zero integers
+    (often indices or sizes) at the first profile's opt shapes; a variant is held against the
+    source graph on them."""
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    out: dict[str, NDArray[Any]] = {}
+    for t in model.inputs:
+        shape = [count, *model.shape_range(t).opt]
+        if t.dtype is DType.STRING:
+            out[t.name] = np.full(shape, "", dtype=np.object_)
+        elif t.dtype.is_float:
+            out[t.name] = rng.standard_normal(shape).astype(to_numpy(t.dtype))
+        else:
+            out[t.name] = np.zeros(shape, dtype=to_numpy(t.dtype))
+    return out

@@ -64,6 +64,8 @@ def real_input_data(spec: Spec, spec_file: Path, entry: AnySpec, out: Path) -> P
     if core is None:
         return None
     data = core.calibration or core.evaluation
+    if data is None:
+        return None
     strings = [t for t in entry.inputs if t.dtype.value == "STRING"]
     if len(strings) == 1 and len(entry.inputs) == 1 and strings[0].dims == [1] and data.data:
         entries = _raw_entries(strings[0].name, spec_file.parent / data.data)

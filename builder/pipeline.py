@@ -12,6 +12,7 @@ when it runs: a rebuild with nothing changed stays under a second.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from builder import repository
 from builder.cache import StageCache, StageResult, file_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
-from builder.errors import SpecError, VerificationError
+from builder.errors import SpecError, UserError, VerificationError
 from builder.llm.build import build_llm, check_llm_paths
 from builder.progress import quiet
 from builder.records import (
@@ -113,14 +114,36 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     out.stages += [export, check, reference]
     out.reference_dir = reference.out
     _variants(model, check, ctx, target, out)
-    for precision, path in out.variants.items():
-        out.reports[precision] = _verified(model, precision, path, reference, ctx, out)
+    for precision, path in list(out.variants.items()):
+        try:
+            out.reports[precision] = _verified(model, precision, path, reference, ctx, out)
+        except UserError:
+            raise
+        except Exception as exc:  # ORT refusing the variant's file, or failing to run it
+            del out.variants[precision]
+            out.reports[precision] = _dropped(precision, f"verify-{precision.value}", exc)
     _report_failures(out, ctx)
     return out
 
 
 def _run(
     ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
+def _dropped(precision: Precision, stage: str, exc: Exception) -> VerificationReport:
+    """A variant that could not be made or run: reported like one out of tolerance."""
+    return VerificationReport(precision, False, {}, [f"{stage} stage failed: {failure_line(exc)}"])
+
+
+def failure_line(exc: BaseException) -> str:
+    """The first line of an exception's message, with file paths (cache folders) cut to their names."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = _PATH.sub(lambda m: m.group(1), lines[0] if lines else "")
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+# An absolute file path (a cache folder's): at least two folders, a name with an extension.
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"():,]+){2,}[\\/]([^\\/\s'\"():,]+\.\w+)")
+
+
 ) -> StageResult:
     return ctx.cache.run(model.name, inputs.STAGE, inputs.key(), body)
 
@@ -134,13 +157,21 @@ def _variants(
 ) -> None:
     fp32 = check.out / "model.onnx"
     for precision in model.precisions:
-        variant = _variant(model, precision, fp32, check, ctx, target)
+        try:
+            variant = _variant(model, precision, fp32, check, ctx, target)
+        except UserError:
+            raise
+        except Exception as exc:  # onnxruntime.quantization and ORT raise anything
+            out.reports[precision] = _dropped(precision, precision.value, exc)
+            continue
         if variant is None:
             out.variants[precision] = fp32
             continue
         out.stages.append(variant)
         out.variants[precision] = variant.out / "model.onnx"
         if precision is Precision.INT8 and (variant.out / "calibration.cache").is_file():
+        if variant.info.get("note"):
+            ctx.log(f"[{model.name}] variant {precision.value}: {variant.info['note']}")
             out.calibration_table = variant.out / "calibration.cache"
 
 
@@ -155,7 +186,8 @@ def _variant(
         calibrated = data_fingerprint(model.calibration, ctx.spec_dir)
         recipe = int8_recipe(target.builds_engines, model)
         inputs = Int8Inputs(
-            checked_sha256=checked, calibration=model.calibration, data=calibrated, recipe=recipe.fields()
+            checked_sha256=checked, calibration=model.calibration, data=calibrated, recipe=fields
+        fields = recipe.fields() | _opset_conversion(check)
         )
         return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, recipe, d))
     if precision is Precision.INT8_DYNAMIC:
@@ -168,6 +200,12 @@ def _variant(
 
 def _verified(
     model: ModelSpec,
+def _opset_conversion(check: StageResult) -> dict[str, bool]:
+    """In the int8 key where the checked graph is below opset 13 (converted, or per tensor)."""
+    opset = check.info.get("opset")
+    return {"below_opset_13": True} if isinstance(opset, int) and opset < 13 else {}
+
+
     precision: Precision,
     path: Path,
     reference: StageResult,
@@ -195,20 +233,24 @@ def _export(model: ModelSpec, ctx: BuildContext, out: Path) -> Info:
 
 
 def _check(model: ModelSpec, ctx: BuildContext, onnx_in: Path, out: Path) -> Info:
-    from builder.stages.check import check
+    from builder.stages.check import check, graph_opset
 
-    return _artifact(check(model, onnx_in, out / "model.onnx", spec_file=ctx.spec_file))
+    checked = check(model, onnx_in, out / "model.onnx", spec_file=ctx.spec_file)
+    return _artifact(checked) | {"opset": graph_opset(checked)}
 
 
 def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -> Info:
     """Evaluation inputs and the source model's outputs on them (the verification truth)."""
-    from builder.data import load_samples
+    from builder.data import load_samples, synthetic_samples
     from builder.stages.export import load_source, torch_reference
     from builder.stages.verify import run_onnx
 
-    inputs = load_samples(
-        model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"
-    )
+    if model.evaluation is None:
+        inputs = synthetic_samples(model)
+    else:
+        inputs = load_samples(
+            model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"
+        )
     reference = None
     source_kind = "onnx"
     if model.source_kind == "factory":
@@ -241,7 +283,7 @@ def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, recipe: Int8Recipe, o
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")
     (out / "smoothed.onnx").unlink(missing_ok=True)
-    return _artifact(out / "model.onnx")
+    return _artifact(out / "model.onnx") | ({"note": result.note} if result.note else {})
 
 
 def _int8_dynamic(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> Info:

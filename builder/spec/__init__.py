@@ -29,6 +29,7 @@ from pydantic import (
 from builder.errors import SpecError
 from builder.spec.dtype import DType
 from builder.spec.engine import EngineOptions
+from builder.spec.graph import fill_from_graph
 from builder.spec.llm import LLMSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
@@ -305,7 +306,7 @@ class ModelSpec(Strict):
     precisions: Annotated[list[Precision], Field(min_length=1)] = [Precision.FP32]
     calibration: Calibration | None = None
     int8_dynamic: DynamicInt8 = DynamicInt8()
-    evaluation: DataSpec
+    evaluation: DataSpec | None = None  # unset: seeded random samples at the profile's opt shapes
     tolerances: dict[Precision, Tolerance] = {}
     warmup: Warmup | None = None
     serve: Serve = Serve()
@@ -333,6 +334,7 @@ class ModelSpec(Strict):
         self._check_batching()
         self._check_profiles()
         self._check_precisions()
+        self._check_no_scalars()
         return self
 
     def _check_batching(self) -> None:
@@ -340,6 +342,15 @@ class ModelSpec(Strict):
             if size > self.max_batch_size:
                 raise ValueError(
                     f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
+    def _check_no_scalars(self) -> None:
+        for side, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
+            for i, t in enumerate(tensors):
+                if not t.dims and self.max_batch_size == 0:
+                    raise ValueError(
+                        f"{side}[{i}] '{t.name}': dims []: Triton serves no rank-0 tensor in a model "
+                        "that does not batch; write dims [1] (a graph's scalar is reshaped to it)"
+                    )
+
                 )
         if self.max_batch_size == 0 and self.batching.enabled and self.batching.preferred_batch_sizes:
             raise ValueError("batching: a model with max_batch_size 0 cannot batch")
@@ -556,6 +567,11 @@ def load_spec(path: str | Path) -> Spec:
     except ValidationError as exc:
         raise _spec_error(path, raw, exc) from None
 
+    if isinstance(raw.get("models"), list):
+        raw["models"] = [
+            fill_from_graph(e, path.parent, spec_file=path) if isinstance(e, dict) else e
+            for e in raw["models"]
+        ]
 
 SECTIONS = ("models", "python_models", "ensembles", "llms")
 

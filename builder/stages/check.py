@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Path:
     """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false``, save ``out``."""
     _run_checker(onnx_in, model, spec_file=spec_file)
-    graph = onnx.shape_inference.infer_shapes(onnx.load(onnx_in))
+    graph = onnx.shape_inference.infer_shapes(name_negative_dims(onnx.load(onnx_in)))
     compare(model, graph, spec_file=spec_file)
     if model.simplify:
         graph = _simplified(model, graph, spec_file=spec_file)
@@ -34,9 +34,34 @@ def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Pat
 def compare(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
     """Raise SpecError at the first spec field the graph's inputs or outputs contradict."""
     weights = {init.name for init in graph.graph.initializer}
-    inputs = [v for v in graph.graph.input if v.name not in weights]
+    seq = model.sequence
+    hidden = set(seq.hidden_inputs() + seq.hidden_outputs()) if seq else set()  # fed by the server
+    inputs = [v for v in graph.graph.input if v.name not in weights | hidden]
     _compare_side("inputs", model, model.inputs, inputs, spec_file)
-    _compare_side("outputs", model, model.outputs, list(graph.graph.output), spec_file)
+    outputs = [v for v in graph.graph.output if v.name not in hidden]
+    _compare_side("outputs", model, model.outputs, outputs, spec_file)
+    if seq is not None:
+        from builder.stages.sequence import compare_states
+
+        compare_states(model, graph, spec_file=spec_file)
+
+
+def graph_opset(path: Path) -> int:
+    """The default-domain opset a graph imports."""
+    imports = onnx.load(str(path), load_external_data=False).opset_import
+    return max((o.version for o in imports if o.domain in ("", "ai.onnx")), default=0)
+
+
+def name_negative_dims(graph: onnx.ModelProto) -> onnx.ModelProto:
+    """Give every ``dim_value: -1`` of the graph's inputs and outputs (an exporter's way of saying
+    dynamic) a ``dim_param``, which is how ONNX Runtime, TensorRT and onnxsim read a dynamic dim."""
+    for value in [*graph.graph.input, *graph.graph.output]:
+        if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.dim_param = f"{value.name}_{axis}"
+    return graph
 
 
 def _run_checker(target: Path | onnx.ModelProto, model: ModelSpec, *, spec_file: Path) -> None:
@@ -121,15 +146,19 @@ def _shape_problem(
             f"graph shape {shape} has rank {len(dims)}, spec dims {t.dims} give rank "
             f"{len(t.dims) + batched}{hint}",
         )
-    if batched and dims[0].HasField("dim_value"):
+    if batched and _fixed(dims[0]):
         return "max_batch_size", (
             f"graph fixes the batch dim of '{t.name}' to {dims[0].dim_value} (shape {shape}); "
             f"max_batch_size {model.max_batch_size} needs it dynamic (or use max_batch_size 0 with full dims)"
         )
     for axis, (g, s) in enumerate(zip(dims[batched:], t.dims, strict=True)):
-        if g.HasField("dim_value") and g.dim_value != s:
+        if _fixed(g) and g.dim_value != s:
             return "dims", f"axis {axis} (graph shape {shape}): graph says {g.dim_value}, spec says {s}"
     return None
+
+
+def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    return dim.HasField("dim_value") and dim.dim_value > 0
 
 
 def _shape_text(dims: list[onnx.TensorShapeProto.Dimension]) -> str:

@@ -59,7 +59,20 @@ def export(model: ModelSpec, *, spec_dir: Path, spec_file: Path, out: Path) -> P
             _copy_onnx(source, out)
         else:
             _export_torch(model, source, out, spec_file=spec_file)
+    _scalars_as_vectors(model, out)
     return out
+
+
+def _scalars_as_vectors(model: ModelSpec, out: Path) -> None:
+    """A model without a batch dimension serves a rank-0 tensor as [1] (``builder.stages.scalars``)."""
+    if model.max_batch_size > 0:
+        return
+    from builder.stages.scalars import as_vectors, scalar_names
+
+    graph = onnx.load(out)
+    names = scalar_names(model, graph)
+    if names:
+        onnx.save(as_vectors(graph, names), out)
 
 
 def torch_reference(

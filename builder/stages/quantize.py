@@ -37,6 +37,7 @@ from builder.errors import BuildError, SpecError
 from builder.progress import progress, quiet
 from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
+from builder.stages.check import graph_opset
 from builder.stages.inputs import Int8Recipe
 
 ONNX_RUNTIME_INT8 = Int8Recipe()
@@ -59,10 +60,15 @@ _DYNAMIC_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 _SYMMETRIC = {"ActivationSymmetric": True, "WeightSymmetric": True}
 
 
+# Per-channel DequantizeLinear (its ``axis``) is in the default domain from opset 13.
+PER_CHANNEL_OPSET = 13
+
+
 @dataclass(frozen=True)
 class QuantizeResult:
     onnx: Path
     calibration_table: Path | None  # TensorRT-format calibration table from the same ranges
+    note: str | None = None  # how a graph below opset 13 was quantized
 
 
 class SampleReader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime has no type information
@@ -80,7 +86,7 @@ class SampleReader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime 
         step = max(self.batch, 1)
         for i in range(self.start, self.stop, step):
             if self.batch == 0:
-                yield {k: v[i] for k, v in self.samples.items()}
+                yield {k: np.asarray(v[i]) for k, v in self.samples.items()}  # rank 0 stays an array
             else:
                 yield {k: v[i : i + step] for k, v in self.samples.items()}
 
@@ -113,7 +119,8 @@ def quantize_int8(
     with tempfile.TemporaryDirectory(prefix="quant.", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
         _load_in_ort(fp32_onnx, model.name, "fp32")
-        pre = _pre_process(fp32_onnx, tmp)
+        source, per_channel, note = per_channel_ready(fp32_onnx, cal.per_channel, tmp)
+        pre = _pre_process(source, tmp)
         ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp)
         cache = tmp / "ranges.json"
         save_tensors_data(ranges, cache)
@@ -122,7 +129,7 @@ def quantize_int8(
             str(tmp / "int8.onnx"),
             calibration_data_reader=None,  # ranges come from the cache: one calibration pass
             quant_format=QuantFormat.QDQ,
-            per_channel=cal.per_channel,
+            per_channel=per_channel,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             reduce_range=recipe.reduce_range,
@@ -142,7 +149,27 @@ def quantize_int8(
                 write_trt_table(ranges_of(tmp / "table"), tmp / "table", activation_scales(tmp / "int8.onnx"))
             os.replace(tmp / "table", table)
         os.replace(tmp / "int8.onnx", out)
-    return QuantizeResult(onnx=out, calibration_table=table if recipe.calibration_table else None)
+    return QuantizeResult(out, table if recipe.calibration_table else None, note)
+
+
+def per_channel_ready(fp32_onnx: Path, per_channel: bool, tmp: Path) -> tuple[Path, bool, str | None]:
+    """The graph to quantize and whether per channel: below opset 13 a graph is converted to 13
+    (``onnx.version_converter``) or, where that fails, quantized per tensor; the note says which."""
+    opset = graph_opset(fp32_onnx)
+    if not per_channel or opset >= PER_CHANNEL_OPSET:
+        return fp32_onnx, per_channel, None
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(onnx.load(str(fp32_onnx)), PER_CHANNEL_OPSET)
+        onnx.checker.check_model(converted)
+        path = tmp / "opset13.onnx"
+        onnx.save(converted, str(path))
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # the converter lacks adapters for some ops; ORT may refuse its result
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return fp32_onnx, False, f"opset {opset} could not be converted to 13 ({first}): quantized per tensor"
+    return path, True, f"opset {opset} converted to {PER_CHANNEL_OPSET} for per-channel Q/DQ"
 
 
 def _tensorrt_table(

@@ -47,7 +47,7 @@ def run_session(
     with progress(count if label else 0, label, unit="sample") as bar:
         for start in range(0, count, max(batch_size, 1)):
             if batch_size == 0:
-                feed = {k: v[start] for k, v in inputs.items()}
+                feed = {k: np.asarray(v[start]) for k, v in inputs.items()}  # rank 0 stays an array
                 parts.append([o[np.newaxis] for o in sess.run(names, feed)])
             else:
                 feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
@@ -171,7 +171,7 @@ def _time_session(
     batch = model.opt_batch()
     feed = {k: _take(v, batch) for k, v in inputs.items()}
     if model.max_batch_size == 0:
-        feed = {k: v[0] for k, v in feed.items()}
+        feed = {k: np.asarray(v[0]) for k, v in feed.items()}  # rank 0 stays an array
         batch = 1
     sess.run(None, feed)  # warm-up
     times = []
