@@ -7,7 +7,7 @@ precision     TensorRT 10                              TensorRT 11 (weak typing 
 ============  =======================================  ==========================================
 fp32          FP32 ONNX                                FP32 ONNX, strongly typed
 fp16          FP32 ONNX + BuilderFlag.FP16             FP16 ONNX variant, strongly typed
-int8          Q/DQ ONNX variant, strongly typed        the same
+int8          Q/DQ ONNX variant + INT8/FP16 flags      Q/DQ ONNX variant, strongly typed
 int8 (calib)  FP32 ONNX + INT8/FP16 flags + table      not available (calibrators removed)
 ============  =======================================  ==========================================
 """
@@ -120,6 +120,10 @@ def _recipe(
         if table is None or not table.is_file():
             raise RecipeError("engine.int8_mode 'calibrator': the CPU stage wrote no calibration table")
         return _variant(variants, Precision.FP32), False, ["INT8", "FP16"], table
+    if precision is Precision.INT8 and legacy:
+        # Weakly typed with FP16 allowed (`trtexec --int8 --fp16`): the Q/DQ layers run in INT8
+        # and the rest may take FP16, not FP32 as a strongly typed build would have them.
+        return _variant(variants, Precision.INT8), False, ["INT8", "FP16"], None
     if precision is Precision.INT8:
         return _variant(variants, Precision.INT8), True, [], None
     raise RecipeError(f"precision '{precision.value}' has no TensorRT plan")

@@ -86,15 +86,32 @@ def test_fp16_uses_the_builder_flag_on_10_and_the_fp16_onnx_on_11(variants, cali
     assert (on11.onnx, on11.strongly_typed, on11.builder_flags) == (str(variants[Precision.FP16]), True, [])
 
 
-@pytest.mark.parametrize("major", [10, 11])
-def test_int8_explicit_builds_the_qdq_onnx_strongly_typed(variants, major) -> None:
-    req = _request(variants, None, Precision.INT8, major)
+def test_int8_explicit_on_10_lets_the_layers_outside_qdq_run_in_fp16(variants) -> None:
+    # Strongly typed, every layer without Q/DQ would run in FP32: `trtexec --int8 --fp16` instead.
+    req = _request(variants, None, Precision.INT8, 10)
+    assert (req.onnx, req.strongly_typed, req.builder_flags, req.calibration_table) == (
+        str(variants[Precision.INT8]),
+        False,
+        ["INT8", "FP16"],
+        None,
+    )
+    cmd = trtexec_command(req, Path("/out/model.plan"))
+    assert "--int8" in cmd and "--fp16" in cmd and "--stronglyTyped" not in cmd
+
+
+def test_int8_explicit_on_11_builds_the_qdq_onnx_strongly_typed(variants) -> None:
+    req = _request(variants, None, Precision.INT8, 11)  # TensorRT 11 has no FP16/INT8 flags
     assert (req.onnx, req.strongly_typed, req.builder_flags, req.calibration_table) == (
         str(variants[Precision.INT8]),
         True,
         [],
         None,
     )
+
+
+def test_the_default_zoo_lets_measured_speed_choose_the_gpu_plan() -> None:
+    spec = load_spec(ROOT / "models.yaml")
+    assert {m.name: m.serve.variant("gpu") for m in spec.models if m.serve.variant("gpu")} == {}
 
 
 def test_int8_calibrator_uses_the_table_on_10_only(variants, calibration_table) -> None:

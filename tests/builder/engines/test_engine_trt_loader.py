@@ -60,13 +60,17 @@ def test_fp16_on_11_is_strongly_typed_from_the_fp16_onnx(trt11: TrtDouble, tmp_p
     assert trt11.named("set_flag") == []  # TensorRT 11 has no FP16 flag; the double has none either
 
 
-@pytest.mark.parametrize("fixture", ["trt10", "trt11"])
-def test_int8_explicit_parses_the_qdq_onnx_without_flags(fixture, request, tmp_path, variants) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "network", "flags"), [("trt10", 0, [["INT8"], ["FP16"]]), ("trt11", 2, [])]
+)
+def test_int8_explicit_parses_the_qdq_onnx_with_fp16_allowed_on_10(
+    fixture, network, flags, request, tmp_path, variants
+) -> None:
     double: TrtDouble = request.getfixturevalue(fixture)
     build_plan(_request(tmp_path, variants, Precision.INT8, double.module._MAJOR))
     assert double.named("parse_from_file") == [[str(variants[Precision.INT8])]]
-    assert double.named("create_network") == [[STRONGLY_TYPED]]
-    assert double.named("set_flag") == []
+    assert double.named("create_network") == [[network]]
+    assert double.named("set_flag") == flags
     assert double.named("config.int8_calibrator") == []
 
 
