@@ -56,7 +56,6 @@ NAIVE_LOAD = LLMLoad(output_tokens=NEW_TOKENS, concurrency=(16,), requests_per_u
 START_TIMEOUT = 900
 ROUNDS = 2
 KEYS = ("benchmark", "measured", "target", "met")
-DOC_START, DOC_END = "<!-- bench.llm:start -->", "<!-- bench.llm:end -->"
 
 
 @contextlib.contextmanager
@@ -303,31 +302,6 @@ def record(m: dict[str, Any] | None, reason: str | None = None) -> dict[str, Any
             "results": m}  # fmt: skip
 
 
-def write_docs(data: dict[str, Any]) -> None:
-    """The table between the LLM section's markers in docs/bench.md."""
-    doc = ROOT / "docs" / "bench.md"
-    text = doc.read_text()
-    if DOC_START not in text or DOC_END not in text:
-        raise RuntimeError(f"{doc}: the LLM section's markers {DOC_START} / {DOC_END} are missing")
-    m = data["results"] or {}
-    loads = {
-        k: v.get("load_avg_after") for k, v in m.items() if isinstance(v, dict) and "load_avg_after" in v
-    }
-    before = {k.removeprefix("load_avg_before_"): v for k, v in m.items() if k.startswith("load_avg_before")}
-    lines = [
-        f"{data['date']}, {data['cores']} cores, CPU flags {', '.join(data['cpu_flags']) or 'none'}; load "
-        f"average before {before}, after each side {loads}.",
-        "",
-        "| benchmark | measured | target | met? |",
-        "|---|---|---|---|",
-    ]
-    for r in data["rows"]:
-        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
-        lines.append(f"| {r['benchmark']} | {r['measured']} | {r['target']} | {met} |")
-    head, rest = text.split(DOC_START, 1)
-    doc.write_text(head + DOC_START + "\n" + "\n".join(lines) + "\n" + DOC_END + rest.split(DOC_END, 1)[1])
-
-
 def run(opts: Any) -> tuple[dict[str, Any], list[Any]]:
     """bench.run's entry: the figures and the summary rows (one 'skipped' row without vLLM)."""
     from bench.common import Row
@@ -337,7 +311,6 @@ def run(opts: Any) -> tuple[dict[str, Any], list[Any]]:
     data = record(m, reason)
     if reason:
         return data, [Row("LLM serving", f"skipped: {reason}", "-", None)]
-    write_docs(data)
     return data, [Row(*r) for r in rows(m)]  # type: ignore[arg-type]
 
 
@@ -358,7 +331,6 @@ def main(argv: list[str] | None = None) -> int:
     data = record(m)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "llm.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    write_docs(data)
     for r in data["rows"]:
         print(" | ".join(str(v) for v in r.values()))
     return 0
