@@ -20,6 +20,7 @@ from tritonclient.grpc.model_config_pb2 import (
     ModelInstanceGroup,
     ModelOutput,
     ModelQueuePolicy,
+    ModelTensorReshape,
     ModelWarmup,
 )
 
@@ -39,13 +40,13 @@ CONFIG_FILE = "config.pbtxt"
 ONNX_FILE = "model.onnx"
 KIND_CPU = "KIND_CPU"
 KIND_GPU = "KIND_GPU"
+# Triton has no rank-0 tensors in a request: a model's scalar is sent as [1] and reshaped to [].
+RANK_0 = ModelTensorReshape(shape=[])
 
 
 def io_config(
     name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int
 ) -> ModelConfig:
-# Triton has no rank-0 tensors in a request: a model's scalar is sent as [1] and reshaped to [].
-RANK_0 = ModelTensorReshape(shape=[])
     """Name, batch size, inputs and outputs (labels files by their basename)."""
     cfg = ModelConfig(name=name, max_batch_size=max_batch_size)
     for t in inputs:
@@ -54,6 +55,8 @@ RANK_0 = ModelTensorReshape(shape=[])
         )
         if t.format is not None:
             cfg.input[-1].format = ModelInput.Format.Value(f"FORMAT_{t.format.value}")
+        if not t.dims:
+            cfg.input[-1].reshape.CopyFrom(RANK_0)
     for t in outputs:
         out = ModelOutput(name=t.name, data_type=_dtype(t), dims=request_dims(t))
         if not t.dims:
@@ -61,9 +64,12 @@ RANK_0 = ModelTensorReshape(shape=[])
         if t.labels:
             out.label_filename = label_file_name(t.labels)
         cfg.output.append(out)
-        if not t.dims:
-            cfg.input[-1].reshape.CopyFrom(RANK_0)
     return cfg
+
+
+def request_dims(t: TensorSpec) -> list[int]:
+    """A tensor's dims as a request carries them: a scalar as [1] (``reshape`` makes it rank 0)."""
+    return t.dims or [1]
 
 
 def model_io_config(model: ModelSpec, name: str | None = None) -> ModelConfig:
@@ -71,11 +77,6 @@ def model_io_config(model: ModelSpec, name: str | None = None) -> ModelConfig:
 
 
 def python_config(pm: PythonModelSpec, *, queue_policy: bool) -> ModelConfig:
-def request_dims(t: TensorSpec) -> list[int]:
-    """A tensor's dims as a request carries them: a scalar as [1] (``reshape`` makes it rank 0)."""
-    return t.dims or [1]
-
-
     """A pre/post-processing model; it runs on the CPU on every target."""
     cfg = io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
     cfg.backend = "python"

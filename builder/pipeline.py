@@ -109,7 +109,7 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     ), lambda d: _check(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     reference = _run(ctx, model, ReferenceInputs(
         exported_sha256=_sha(export), source_fingerprint=source_fp,
-        evaluation=data_fingerprint(model.evaluation, ctx.spec_dir),
+        evaluation=data_fingerprint(model.evaluation, ctx.spec_dir) if model.evaluation else "synthetic",
     ), lambda d: _reference(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     out.stages += [export, check, reference]
     out.reference_dir = reference.out
@@ -126,8 +126,6 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     return out
 
 
-def _run(
-    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
 def _dropped(precision: Precision, stage: str, exc: Exception) -> VerificationReport:
     """A variant that could not be made or run: reported like one out of tolerance."""
     return VerificationReport(precision, False, {}, [f"{stage} stage failed: {failure_line(exc)}"])
@@ -144,6 +142,8 @@ def failure_line(exc: BaseException) -> str:
 _PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"():,]+){2,}[\\/]([^\\/\s'\"():,]+\.\w+)")
 
 
+def _run(
+    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
 ) -> StageResult:
     return ctx.cache.run(model.name, inputs.STAGE, inputs.key(), body)
 
@@ -168,10 +168,10 @@ def _variants(
             out.variants[precision] = fp32
             continue
         out.stages.append(variant)
-        out.variants[precision] = variant.out / "model.onnx"
-        if precision is Precision.INT8 and (variant.out / "calibration.cache").is_file():
         if variant.info.get("note"):
             ctx.log(f"[{model.name}] variant {precision.value}: {variant.info['note']}")
+        out.variants[precision] = variant.out / "model.onnx"
+        if precision is Precision.INT8 and (variant.out / "calibration.cache").is_file():
             out.calibration_table = variant.out / "calibration.cache"
 
 
@@ -185,9 +185,9 @@ def _variant(
         assert model.calibration is not None  # the spec requires it for int8
         calibrated = data_fingerprint(model.calibration, ctx.spec_dir)
         recipe = int8_recipe(target.builds_engines, model)
+        fields = recipe.fields() | _opset_conversion(check)
         inputs = Int8Inputs(
             checked_sha256=checked, calibration=model.calibration, data=calibrated, recipe=fields
-        fields = recipe.fields() | _opset_conversion(check)
         )
         return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, recipe, d))
     if precision is Precision.INT8_DYNAMIC:
@@ -198,14 +198,14 @@ def _variant(
     return None
 
 
-def _verified(
-    model: ModelSpec,
 def _opset_conversion(check: StageResult) -> dict[str, bool]:
     """In the int8 key where the checked graph is below opset 13 (converted, or per tensor)."""
     opset = check.info.get("opset")
     return {"below_opset_13": True} if isinstance(opset, int) and opset < 13 else {}
 
 
+def _verified(
+    model: ModelSpec,
     precision: Precision,
     path: Path,
     reference: StageResult,

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from builder.errors import SpecError
-from builder.spec.dtype import DType
+from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors are typed with it
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
 from builder.spec.llm import LLMSpec
@@ -330,18 +330,13 @@ class ModelSpec(Strict):
         _check_unique("inputs", [t.name for t in self.inputs])
         _check_unique("outputs", [t.name for t in self.outputs])
         _check_no_output_format(self.outputs)
+        self._check_no_scalars()
         _check_unique("precisions", [p.value for p in self.precisions])
         self._check_batching()
         self._check_profiles()
         self._check_precisions()
-        self._check_no_scalars()
         return self
 
-    def _check_batching(self) -> None:
-        for size in self.batching.preferred_batch_sizes:
-            if size > self.max_batch_size:
-                raise ValueError(
-                    f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
     def _check_no_scalars(self) -> None:
         for side, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
             for i, t in enumerate(tensors):
@@ -351,6 +346,11 @@ class ModelSpec(Strict):
                         "that does not batch; write dims [1] (a graph's scalar is reshaped to it)"
                     )
 
+    def _check_batching(self) -> None:
+        for size in self.batching.preferred_batch_sizes:
+            if size > self.max_batch_size:
+                raise ValueError(
+                    f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
                 )
         if self.max_batch_size == 0 and self.batching.enabled and self.batching.preferred_batch_sizes:
             raise ValueError("batching: a model with max_batch_size 0 cannot batch")
@@ -562,16 +562,16 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError("not UTF-8 text", file=path) from None
     if not isinstance(raw, dict):
         raise SpecError("the top level must be a mapping with a 'models' list", file=path)
-    try:
-        return Spec.model_validate(raw)
-    except ValidationError as exc:
-        raise _spec_error(path, raw, exc) from None
-
     if isinstance(raw.get("models"), list):
         raw["models"] = [
             fill_from_graph(e, path.parent, spec_file=path) if isinstance(e, dict) else e
             for e in raw["models"]
         ]
+    try:
+        return Spec.model_validate(raw)
+    except ValidationError as exc:
+        raise _spec_error(path, raw, exc) from None
+
 
 SECTIONS = ("models", "python_models", "ensembles", "llms")
 
