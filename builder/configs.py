@@ -9,6 +9,7 @@ target objects in ``builder.targets``; this module only assembles messages.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePosixPath
 
 from google.protobuf import text_format
@@ -20,6 +21,7 @@ from tritonclient.grpc.model_config_pb2 import (
     ModelInstanceGroup,
     ModelOutput,
     ModelQueuePolicy,
+    ModelSequenceBatching,
     ModelTensorReshape,
     ModelWarmup,
 )
@@ -27,6 +29,7 @@ from tritonclient.grpc.model_config_pb2 import (
 from builder.dtypes import triton_type
 from builder.spec import (
     Batching,
+    DType,
     EnsembleSpec,
     ModelSpec,
     PythonModelSpec,
@@ -35,6 +38,7 @@ from builder.spec import (
     TensorSpec,
     TimeoutAction,
 )
+from builder.spec.sequence import Controls, SequenceSpec, Strategy
 
 CONFIG_FILE = "config.pbtxt"
 ONNX_FILE = "model.onnx"
@@ -139,6 +143,46 @@ def set_batching(cfg: ModelConfig, batching: Batching, max_batch_size: int, *, q
         for level, policy in batching.priority_queues.items():
             db.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
     cfg.dynamic_batching.CopyFrom(db)
+
+
+def set_sequence_batching(cfg: ModelConfig, seq: SequenceSpec, *, implicit_state: bool) -> None:
+    """Triton's sequence batcher; with ``implicit_state`` it also keeps the states (each starting as
+    zeros), else the model keeps them itself (the local target's Python model)."""
+    sb = ModelSequenceBatching(max_sequence_idle_microseconds=seq.max_sequence_idle_us)
+    if seq.strategy is Strategy.DIRECT:
+        sb.direct.SetInParent()
+    else:
+        sb.oldest.max_candidate_sequences = seq.max_candidate_sequences
+    for kind, name in seq.controls.names().items():
+        sb.control_input.append(_control_input(seq.controls, kind, name))
+    if implicit_state:
+        for s in seq.state:
+            dtype = int(DataType.Value(triton_type(s.dtype)))
+            state = sb.state.add(input_name=s.input, output_name=s.output, data_type=dtype, dims=s.dims)
+            initial = state.initial_state.add(name=f"{s.input}_{s.initial}", data_type=dtype, dims=s.dims)
+            initial.zero_data = True
+    cfg.sequence_batching.CopyFrom(sb)
+
+
+def sequence_state_parameter(seq: SequenceSpec) -> str:
+    """The states, as JSON, for a model that keeps them itself (the local target's onnx_sequence)."""
+    states = [
+        {"input": s.input, "output": s.output, "dtype": s.dtype.value, "dims": s.dims} for s in seq.state
+    ]
+    return json.dumps(states, separators=(",", ":"))
+
+
+def _control_input(controls: Controls, kind: str, name: str) -> ModelSequenceBatching.ControlInput:
+    control = ModelSequenceBatching.Control(
+        kind=ModelSequenceBatching.Control.Kind.Value(f"CONTROL_SEQUENCE_{kind.upper()}")
+    )
+    if controls.dtype is DType.FP32:
+        control.fp32_false_true.extend([0.0, 1.0])
+    elif controls.dtype is DType.BOOL:
+        control.bool_false_true.extend([False, True])
+    else:
+        control.int32_false_true.extend([0, 1])
+    return ModelSequenceBatching.ControlInput(name=name, control=[control])
 
 
 def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:

@@ -106,10 +106,12 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     check = _run(ctx, model, CheckInputs(
         exported_sha256=_sha(export), inputs=model.inputs, outputs=model.outputs,
         max_batch_size=model.max_batch_size, simplify=model.simplify, profiles=model.profiles,
+        sequence=model.sequence,
     ), lambda d: _check(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     reference = _run(ctx, model, ReferenceInputs(
         exported_sha256=_sha(export), source_fingerprint=source_fp,
         evaluation=data_fingerprint(model.evaluation, ctx.spec_dir) if model.evaluation else "synthetic",
+        sequence=model.sequence,
     ), lambda d: _reference(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     out.stages += [export, check, reference]
     out.reference_dir = reference.out
@@ -243,7 +245,7 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
     """Evaluation inputs and the source model's outputs on them (the verification truth)."""
     from builder.data import load_samples, synthetic_samples
     from builder.stages.export import load_source, torch_reference
-    from builder.stages.verify import run_onnx
+    from builder.stages.verify import run_model, session
 
     if model.evaluation is None:
         inputs = synthetic_samples(model)
@@ -253,13 +255,13 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
         )
     reference = None
     source_kind = "onnx"
-    if model.source_kind == "factory":
+    if model.source_kind == "factory" and model.sequence is None:  # a stateful one: the ONNX loop
         with quiet(out / "reference.log"):  # torch's and transformers' own output
             source = load_source(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file)
             reference = torch_reference(model, source, inputs)
         source_kind = "pytorch" if reference is not None else "onnx"
     if reference is None:
-        reference = run_onnx(exported, inputs, batch_size=model.max_batch_size)
+        reference = run_model(session(exported), model, inputs)
     np.savez(out / "inputs.npz", **inputs)
     np.savez(out / "reference.npz", **reference)
     samples = len(next(iter(inputs.values())))

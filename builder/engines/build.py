@@ -137,17 +137,24 @@ def kept_plans(previous: Path, cc_files: dict[str, str], loadable: Loadable, ski
     return kept
 
 
+TIE = 1.05  # plans within 5 % of the fastest are as fast: measurement noise on a shared GPU
+EXACTNESS = [Precision.FP32, Precision.FP16, Precision.INT8]  # among equals, the least lossy
+
+
 def choose_plan(
     results: list[EngineResult], named: Precision | None, fallback: Precision | None = None
 ) -> EngineResult | None:
-    """The named precision's verified plan, else the fastest measured one, else (nothing measured)
-    ``fallback``'s, then INT8, FP16, FP32."""
+    """The named precision's verified plan, else the fastest measured one (among plans within
+    :data:`TIE` of it, the most exact), else (nothing measured) ``fallback``'s, then INT8, FP16,
+    FP32."""
     ok = {r.precision: r for r in results if r.ok}
     if named in ok:
         return ok[named]
-    timed = [(ms, r.precision.value, r) for r in ok.values() if (ms := _ms_per_sample(r)) is not None]
+    timed = {p: ms for p, r in ok.items() if (ms := _ms_per_sample(r)) is not None}
     if timed:
-        return min(timed, key=lambda t: (t[0], t[1]))[2]
+        fastest = min(timed.values())
+        tied = [p for p, ms in timed.items() if ms <= fastest * TIE]
+        return ok[min(tied, key=EXACTNESS.index)]
     order = [fallback, Precision.INT8, Precision.FP16, Precision.FP32]
     return next((ok[p] for p in order if p in ok), None)
 

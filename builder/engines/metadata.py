@@ -47,7 +47,9 @@ class PlanMetadata:
     verification: dict[str, Any] = field(default_factory=dict)
     profiles_verified: list[int] = field(default_factory=list)  # profiles the evaluation set ran on
     verification_sha256: str = ""
-    ms_per_sample: float | None = None  # measured on the evaluation set's first batch, on this GPU
+    # the mean over profiles of the time per sample at each one's opt shape, on this GPU
+    # (verification["timing"] has each profile's)
+    ms_per_sample: float | None = None
     tensorrt_cuda: str = ""  # "cu12" / "cu13": builds of one TensorRT version for two CUDA majors
     profile_count: int = 0  # optimization profiles in the plan (the config lists each)
     format: int = FORMAT

@@ -212,7 +212,9 @@ class _Job:
                 precision, plan, "the plan failed verification: " + "; ".join(failures), staging
             )
         timing = Path(req.eval_timing)
-        ms = json.loads(timing.read_text(encoding="utf-8"))["ms_per_sample"] if timing.is_file() else None
+        timed = json.loads(timing.read_text(encoding="utf-8")) if timing.is_file() else {}
+        metrics["timing"] = timed
+        ms = timed.get("ms_per_sample")
         return self._keep(precision, req, plan, Path(req.plan), metrics, staging, exercised, ms)
 
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:

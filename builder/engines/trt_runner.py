@@ -1,15 +1,19 @@
-"""Run a plan on the evaluation inputs (in the worker, on the GPU) with Polygraphy's runner."""
+"""Run a plan on the evaluation inputs (in the worker, on the GPU) with Polygraphy's runner,
+and time it at each profile's opt shape with TensorRT's own execution context."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from builder.engines.profiles import ProfileShapes, opt_batches, profile_for
+
+if TYPE_CHECKING:
+    import tensorrt as trt
 
 
 def verification_batches(batch_size: int, profiles: list[ProfileShapes]) -> list[int]:
@@ -82,24 +86,108 @@ def batches(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> Iterator[dic
             yield {k: np.ascontiguousarray(v[start]) for k, v in inputs.items()}
 
 
-def time_plan(
+def opt_feeds(
+    inputs: Mapping[str, NDArray[Any]], batch_size: int, profiles: list[ProfileShapes]
+) -> list[tuple[dict[str, NDArray[Any]], int]]:
+    """One feed per profile at its opt shape (evaluation samples repeated where their shape
+    fits, zeros where it does not), with its sample count; without profiles, the first batch."""
+    if not profiles:
+        feed = next(batches(inputs, batch_size))
+        return [(feed, len(next(iter(feed.values()))) if batch_size else 1)]
+    out = []
+    for ranges in profiles:
+        feed = {}
+        for r in ranges:
+            data = inputs[r.name] if batch_size else inputs[r.name][0]
+            fits = data.shape[1:] == r.opt[1:] if batch_size else data.shape == r.opt
+            feed[r.name] = np.resize(data, r.opt) if fits else np.zeros(r.opt, data.dtype)
+        out.append((feed, ranges[0].opt[0] if batch_size else 1))
+    return out
+
+
+def time_profiles(
     plan: bytes,
     inputs: Mapping[str, NDArray[Any]],
     batch_size: int,
-    profiles: list[ProfileShapes] | None = None,
-    repeats: int = 20,
-) -> float:
-    """Milliseconds per sample: the median of ``repeats`` runs of the first batch, after warm-up."""
-    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+    profiles: list[ProfileShapes],
+    rounds: int = 5,
+    launches: int = 20,
+) -> list[float]:
+    """Milliseconds per sample at each profile's opt shape, the inputs already on the GPU: the
+    median over ``rounds`` of ``launches`` back-to-back ``execute_async_v3`` calls and one
+    stream synchronization (no host copies, allocation or per-call sync, which for a large
+    input such as a batch of images would weigh like the compute)."""
+    import tensorrt as trt
 
-    feed = next(batches(inputs, batch_size))
-    profile = profile_for({k: v.shape for k, v in feed.items()}, profiles or [])
-    samples = len(next(iter(feed.values()))) if batch_size else 1
-    times = []
-    with TrtRunner(EngineFromBytes(plan)(), optimization_profile=profile) as runner:
-        for i in range(repeats + 3):
+    engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan)
+    if engine is None:
+        raise RuntimeError("the plan does not deserialize")
+    return [
+        _time_profile(engine, index, feed, samples, rounds, launches)
+        for index, (feed, samples) in enumerate(opt_feeds(inputs, batch_size, profiles))
+    ]
+
+
+def _time_profile(
+    engine: trt.ICudaEngine,
+    profile: int,
+    feed: dict[str, NDArray[Any]],
+    samples: int,
+    rounds: int,
+    launches: int,
+) -> float:
+    from polygraphy import cuda
+
+    context = engine.create_execution_context()
+    stream = cuda.Stream()
+    buffers: list[Any] = []
+    try:
+        if not context.set_optimization_profile_async(profile, stream.ptr):
+            raise RuntimeError(f"the plan has no optimization profile {profile}")
+        for name, value in feed.items():
+            if not context.set_input_shape(name, list(value.shape)):
+                raise RuntimeError(f"input '{name}' shape {list(value.shape)} is outside profile {profile}")
+        buffers = [_bind(engine, context, i, feed, stream) for i in range(engine.num_io_tensors)]
+        _launch(context, stream, 3)  # warm-up
+        times = []
+        for _ in range(rounds):
             start = time.perf_counter()
-            runner.infer(feed_dict=feed)
-            if i >= 3:
-                times.append(time.perf_counter() - start)
+            _launch(context, stream, launches)
+            times.append((time.perf_counter() - start) / launches)
+    finally:
+        for buffer in buffers:
+            buffer.free()
+        stream.free()
     return 1000.0 * sorted(times)[len(times) // 2] / samples
+
+
+def _bind(
+    engine: trt.ICudaEngine,
+    context: trt.IExecutionContext,
+    index: int,
+    feed: dict[str, NDArray[Any]],
+    stream: Any,
+) -> Any:
+    import tensorrt as trt
+    from polygraphy import cuda
+
+    name = engine.get_tensor_name(index)
+    if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+        buffer = cuda.DeviceArray(shape=feed[name].shape, dtype=feed[name].dtype)
+        buffer.copy_from(feed[name], stream)
+    else:
+        shape = context.get_tensor_shape(name)
+        dims = [shape[d] for d in range(len(shape))]
+        if any(d < 0 for d in dims):
+            raise RuntimeError(f"output '{name}' has a data-dependent shape {dims}")
+        item: int = engine.get_tensor_dtype(name).itemsize
+        buffer = cuda.DeviceArray.raw((max(1, int(np.prod(dims)) * item),))
+    context.set_tensor_address(name, buffer.ptr)
+    return buffer
+
+
+def _launch(context: trt.IExecutionContext, stream: Any, count: int) -> None:
+    for _ in range(count):
+        if not context.execute_async_v3(stream.ptr):
+            raise RuntimeError("execute_async_v3 failed (TensorRT's log says why)")
+    stream.synchronize()

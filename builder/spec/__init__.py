@@ -31,6 +31,7 @@ from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
 from builder.spec.llm import LLMSpec
+from builder.spec.sequence import SequenceSpec, check_sequence
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -292,7 +293,7 @@ class Serve(OmitsUnset):
         return self.variants().get(target)
 
 
-class ModelSpec(Strict):
+class ModelSpec(Strict, OmitsUnset):
     """A core model built from ONNX: exported, checked, quantized, verified, served."""
 
     name: Name
@@ -313,6 +314,9 @@ class ModelSpec(Strict):
     opset: Annotated[int, Field(ge=11, le=23)] = 17
     simplify: bool = True
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
+    sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
+
+    LATER = ("sequence",)
 
     @property
     def source_kind(self) -> Literal["factory", "onnx"]:
@@ -335,6 +339,7 @@ class ModelSpec(Strict):
         self._check_batching()
         self._check_profiles()
         self._check_precisions()
+        check_sequence(self)
         return self
 
     def _check_no_scalars(self) -> None:

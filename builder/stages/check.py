@@ -34,9 +34,16 @@ def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Pat
 def compare(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
     """Raise SpecError at the first spec field the graph's inputs or outputs contradict."""
     weights = {init.name for init in graph.graph.initializer}
-    inputs = [v for v in graph.graph.input if v.name not in weights]
+    seq = model.sequence
+    hidden = set(seq.hidden_inputs() + seq.hidden_outputs()) if seq else set()  # fed by the server
+    inputs = [v for v in graph.graph.input if v.name not in weights | hidden]
     _compare_side("inputs", model, model.inputs, inputs, spec_file)
-    _compare_side("outputs", model, model.outputs, list(graph.graph.output), spec_file)
+    outputs = [v for v in graph.graph.output if v.name not in hidden]
+    _compare_side("outputs", model, model.outputs, outputs, spec_file)
+    if seq is not None:
+        from builder.stages.sequence import compare_states
+
+        compare_states(model, graph, spec_file=spec_file)
 
 
 def graph_opset(path: Path) -> int:

@@ -19,8 +19,18 @@ from pydantic import BaseModel, ConfigDict
 
 from builder import __version__
 from builder.cache import file_hash, key_of, tree_hash
-from builder.spec import Calibration, DataSpec, DynamicInt8, ModelSpec, Profile, TensorSpec, Tolerance
+from builder.spec import (
+    Calibration,
+    DataSpec,
+    DynamicInt8,
+    ModelSpec,
+    OmitsUnset,
+    Profile,
+    TensorSpec,
+    Tolerance,
+)
 from builder.spec.engine import Int8Mode
+from builder.spec.sequence import SequenceSpec
 
 STAGE_VERSION = 1  # bump when a stage's output format changes
 
@@ -57,7 +67,7 @@ class ExportInputs(StageInputs):
     opset: int
 
 
-class CheckInputs(StageInputs):
+class CheckInputs(StageInputs, OmitsUnset):
     STAGE = "check"
     TOOLS = ("onnx", "onnxsim", "onnxruntime")
     exported_sha256: str
@@ -66,14 +76,20 @@ class CheckInputs(StageInputs):
     max_batch_size: int
     simplify: bool
     profiles: list[Profile]
+    sequence: SequenceSpec | None = None  # a stateful model's states, checked against the graph
+
+    LATER = ("sequence",)
 
 
-class ReferenceInputs(StageInputs):
+class ReferenceInputs(StageInputs, OmitsUnset):
     STAGE = "reference"
     TOOLS = ("torch", "onnxruntime", "numpy")
     exported_sha256: str
     source_fingerprint: str
     evaluation: str  # fingerprint of the evaluation data and its reader
+    sequence: SequenceSpec | None = None  # a stateful model's reference is a loop, states carried
+
+    LATER = ("sequence",)
 
 
 class Fp16Inputs(StageInputs):

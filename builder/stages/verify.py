@@ -56,6 +56,17 @@ def run_session(
     return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
 
 
+def run_model(
+    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
+) -> dict[str, NDArray[Any]]:
+    """All samples through the model: in batches, or as one sequence of chunks for a stateful model."""
+    if model.sequence is not None:
+        from builder.stages.sequence import run_sequence
+
+        return run_sequence(sess, model, inputs)
+    return run_session(sess, inputs, batch_size=_batch(model), label=label)
+
+
 def compare(
     reference: dict[str, NDArray[Any]],
     candidate: dict[str, NDArray[Any]],
@@ -149,9 +160,7 @@ def verify_variant(
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
     sess = session(onnx_path, model.serve.threads)
-    candidate = run_session(
-        sess, inputs, batch_size=_batch(model), label=f"verify {model.name} {precision.value}"
-    )
+    candidate = run_model(sess, model, inputs, label=f"verify {model.name} {precision.value}")
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{precision.value}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs)
@@ -173,6 +182,10 @@ def _time_session(
     if model.max_batch_size == 0:
         feed = {k: np.asarray(v[0]) for k, v in feed.items()}  # rank 0 stays an array
         batch = 1
+    if model.sequence is not None:
+        from builder.stages.sequence import first_step_feed
+
+        feed = first_step_feed(model, feed)
     sess.run(None, feed)  # warm-up
     times = []
     for _ in range(max(repeats, 1)):

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import KIND_CPU, KIND_GPU, python_config, set_batching, set_instances, set_warmup
+from builder.configs import (
+    KIND_CPU,
+    KIND_GPU,
+    python_config,
+    set_batching,
+    set_instances,
+    set_sequence_batching,
+    set_warmup,
+)
 from builder.errors import SpecError, VerificationError
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec
@@ -43,6 +51,7 @@ class Target(ABC):
     builds_engines: bool = False  # TensorRT plans are built for it (where TensorRT and a GPU exist)
     default_instance_kind: InstanceKind = InstanceKind.CPU
     serves_spinning: bool = False  # its configs carry serve.spinning (the onnx_runner's allow_spinning)
+    implicit_state: bool = True  # its backends keep a stateful model's states (Triton's implicit state)
 
     @abstractmethod
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
@@ -66,10 +75,17 @@ class Target(ABC):
 
     def _serving(self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool) -> ModelConfig:
         """What every core config ends with: batching, instances and warm-up."""
-        set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
+        self._scheduling(cfg, model, queue_policy=queue_policy)
         set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
         set_warmup(cfg, model)
         return cfg
+
+    def _scheduling(self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool) -> None:
+        """The sequence batcher for a stateful model, else dynamic batching."""
+        if model.sequence is not None:
+            set_sequence_batching(cfg, model.sequence, implicit_state=self.implicit_state)
+        else:
+            set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
 
     def writes_queue_policy(self, batching: Batching) -> bool:
         """Whether a model's queue policy and priority levels go into its config."""

@@ -15,6 +15,7 @@ from builder.configs import (
     ONNX_FILE,
     local_queue_parameters,
     model_io_config,
+    sequence_state_parameter,
     set_parameters,
 )
 from builder.records import EngineSummary, LLMBuild, ModelBuild
@@ -23,19 +24,22 @@ from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
 ONNX_RUNNER = Path(__file__).parents[1] / "python_models" / "onnx_runner" / "model.py"
+# A stateful model's runner: the 2.51 Python backend has no implicit state, so it keeps the states.
+ONNX_SEQUENCE = Path(__file__).parents[1] / "python_models" / "onnx_sequence" / "model.py"
 
 
 class LocalTarget(Target):
     name = "local"
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
     serves_spinning = True
+    implicit_state = False  # the onnx_sequence model keeps the states per correlation id
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
             ModelEntry(
                 self.core_config(build.spec, name, variant),
                 {ONNX_FILE: build.variants[variant]},
-                {"model.py": ONNX_RUNNER},
+                {"model.py": ONNX_RUNNER if build.spec.sequence is None else ONNX_SEQUENCE},
                 variant=variant,
             )
             for name, variant in self.published(build).items()
@@ -51,6 +55,8 @@ class LocalTarget(Target):
                              "intra_op_threads": str(model.serve.threads)})  # fmt: skip
         if model.serve.spinning is not None:  # unset: the runner's rule (spin only with one instance)
             set_parameters(cfg, {"allow_spinning": "1" if model.serve.spinning else "0"})
+        if model.sequence is not None:
+            set_parameters(cfg, {"sequence_state": sequence_state_parameter(model.sequence)})
         # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
         set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
         return self._serving(cfg, model, queue_policy=self.writes_queue_policy(model.batching))

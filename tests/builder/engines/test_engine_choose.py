@@ -50,3 +50,13 @@ def test_without_measurements_the_cpu_choice_then_int8_fp16_fp32(tmp_path: Path)
     results = [_result(tmp_path, Precision.FP32, None), _result(tmp_path, Precision.FP16, None)]
     assert choose_plan(results, None, Precision.FP32).precision is Precision.FP32
     assert choose_plan(results, None).precision is Precision.FP16
+
+
+def test_a_tie_goes_to_the_more_exact_precision_not_the_name(tmp_path: Path) -> None:
+    # within 5 % the times are the same plan speed; keep the precision that loses least
+    even = [_result(tmp_path, Precision.FP32, 0.300), _result(tmp_path, Precision.FP16, 0.300)]
+    assert choose_plan(even, None).precision is Precision.FP32  # "fp16" < "fp32" chose FP16
+    close = [_result(tmp_path / "c", Precision.INT8, 0.290), _result(tmp_path / "c", Precision.FP16, 0.300)]
+    assert choose_plan(close, None).precision is Precision.FP16
+    apart = [_result(tmp_path / "a", Precision.INT8, 0.200), _result(tmp_path / "a", Precision.FP16, 0.300)]
+    assert choose_plan(apart, None).precision is Precision.INT8

@@ -78,11 +78,10 @@ def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, varia
         assert meta is not None and meta.verification["logits"]["min_cosine"] == pytest.approx(1.0)
         assert not (r.plan.parent / ".staging").exists()
     # each plan ran in its own worker, on the 6 evaluation samples at each profile's opt batch
-    # (4, 8) and the max (16): 4 + 2, 6 and 6 samples, then again to time it
+    # (4, 8) and the max (16): 4 + 2, 6 and 6 samples
     batches = [e[1]["input"][0] for e in trt10.named("infer")]
     assert {str(e[0]) for e in trt10.named("infer")} == {"0"}
-    assert batches[:4] == [4, 2, 6, 6]
-    assert len(batches) == 3 * (4 + 23)
+    assert batches == 3 * [4, 2, 6, 6]
     for r in results:
         meta = read_metadata(r.plan)
         assert meta is not None and meta.ms_per_sample is not None and meta.ms_per_sample > 0
@@ -128,7 +127,7 @@ def test_each_batch_runs_under_the_profile_triton_would_choose(
             availability=a10,
         )
         assert result.status is Status.BUILT, result.message
-    assert trt10.named("TrtRunner") == [[0]] * 4 + [[1]] * 4  # run at batch 4, 8 and 16, then timed
+    assert trt10.named("TrtRunner") == [[0]] * 3 + [[1]] * 3  # run at batch 4, 8 and 16
     meta = read_metadata(tmp_path / "large" / "fp32" / "model.plan")
     assert meta is not None and meta.profiles_verified == [1]
 
@@ -392,3 +391,27 @@ def test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason(
         "look for model.plan and not load the model; add '8.6' to the list"
     )
     assert trt10.events() == []
+
+
+def test_each_profile_is_timed_at_its_opt_shape_with_the_inputs_on_the_device(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    (result,) = plan_engines(
+        tiny_model(),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.FP16],
+        availability=a10,
+    )
+    assert result.status is Status.BUILT, result.message
+    # profile 0 at [4, 3, 8, 8] and profile 1 at [8, 3, 32, 32] (no evaluation sample has that
+    # shape: zeros), each 3 warm-up launches and 5 rounds of 20, none through Polygraphy's infer()
+    runs = [(p, shapes["input"]) for p, shapes in trt10.named("execute_async_v3")]
+    assert runs == [(0, [4, 3, 8, 8])] * 103 + [(1, [8, 3, 32, 32])] * 103
+    meta = read_metadata(result.plan)
+    assert meta is not None and meta.ms_per_sample is not None
+    by_profile = meta.verification["timing"]["by_profile"]
+    assert len(by_profile) == 2 and meta.ms_per_sample == pytest.approx(sum(by_profile) / 2)

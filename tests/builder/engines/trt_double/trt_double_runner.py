@@ -8,7 +8,8 @@ Polygraphy's ``TrtRunner``), and that profile must be the one Triton would choos
 those shapes (:func:`triton_profile`), so verification covers what Triton serves.
 ``install()`` (called by ``sitecustomize`` here, so in every build subprocess) puts
 these classes in place of ``EngineFromBytes`` and ``TrtRunner`` in
-``polygraphy.backend.trt`` when that module is imported.
+``polygraphy.backend.trt``, and of ``DeviceArray`` and ``Stream`` (host memory) in
+``polygraphy.cuda``, when those modules are imported.
 """
 
 from __future__ import annotations
@@ -113,11 +114,46 @@ def triton_profile(profiles: list[dict[str, Any]], shapes: dict[str, list[int]])
     return None if best is None else best[1]
 
 
-class _Patch(importlib.abc.MetaPathFinder):
-    TARGET = "polygraphy.backend.trt"
+class DeviceArray:
+    """Polygraphy's device buffer, in host memory: only its address and size matter here."""
 
+    def __init__(self, shape: Any = None, dtype: Any = None) -> None:
+        self.data = np.zeros(shape or (0,), dtype or np.uint8)
+        self.ptr = self.data.ctypes.data
+
+    @staticmethod
+    def raw(shape: Any = None) -> DeviceArray:
+        return DeviceArray(shape, np.uint8)
+
+    def copy_from(self, host_buffer: np.ndarray, stream: Any = None) -> DeviceArray:
+        self.data = np.array(host_buffer)
+        self.ptr = self.data.ctypes.data
+        return self
+
+    def free(self) -> None:
+        self.ptr = 0
+
+
+class Stream:
+    def __init__(self) -> None:
+        self.ptr = id(self)
+
+    def synchronize(self) -> None:
+        pass
+
+    def free(self) -> None:
+        self.ptr = 0
+
+
+PATCHES = {
+    "polygraphy.backend.trt": {"EngineFromBytes": EngineFromBytes, "TrtRunner": TrtRunner},
+    "polygraphy.cuda": {"DeviceArray": DeviceArray, "Stream": Stream},
+}
+
+
+class _Patch(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != self.TARGET:
+        if name not in PATCHES:
             return None
         sys.meta_path.remove(self)
         try:
@@ -130,8 +166,8 @@ class _Patch(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             original(module)
-            module.EngineFromBytes = EngineFromBytes  # type: ignore[attr-defined]
-            module.TrtRunner = TrtRunner  # type: ignore[attr-defined]
+            for attribute, value in PATCHES[name].items():
+                setattr(module, attribute, value)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

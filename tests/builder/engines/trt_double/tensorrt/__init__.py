@@ -376,10 +376,96 @@ def _calibrate(calibrator: Any, network: INetworkDefinition) -> bool:
     return True
 
 
+TensorIOMode = _enum("TensorIOMode", ["NONE", "INPUT", "OUTPUT"])
+
+
+class DataType:
+    def __init__(self, name: str, itemsize: int) -> None:
+        self.name, self.itemsize = name, itemsize
+
+
 class ICudaEngine:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
-        self.num_optimization_profiles = len(plan["profiles"])
+        self.num_optimization_profiles = max(1, len(plan["profiles"]))
+        outputs = [o.name for o in onnx.load(plan["onnx"], load_external_data=False).graph.output]
+        self._io = [(name, TensorIOMode.INPUT) for name in plan["inputs"]]
+        self._io += [(name, TensorIOMode.OUTPUT) for name in outputs]
+
+    @property
+    def num_io_tensors(self) -> int:
+        return len(self._io)
+
+    def get_tensor_name(self, index: int) -> str:
+        return self._io[index][0]
+
+    def get_tensor_mode(self, name: str) -> _Enum:
+        return dict(self._io)[name]
+
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return DataType("FLOAT", 4)
+
+    def create_execution_context(self) -> IExecutionContext:
+        return IExecutionContext(self)
+
+
+class IExecutionContext:
+    """Checks what TensorRT checks before ``execute_async_v3``: input shapes set within the
+    active profile, an address for every IO tensor. Running it does nothing (no GPU)."""
+
+    def __init__(self, engine: ICudaEngine) -> None:
+        self.engine = engine
+        self.profile = 0
+        self.shapes: dict[str, list[int]] = {}
+        self.addresses: dict[str, int] = {}
+
+    def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
+        if not 0 <= profile_index < self.engine.num_optimization_profiles:
+            return False
+        self.profile, self.shapes = profile_index, {}
+        return True
+
+    def set_input_shape(self, name: str, shape: list[int]) -> bool:
+        profiles = self.engine.plan["profiles"]
+        if profiles and name in profiles[self.profile]:
+            low, _, high = profiles[self.profile][name]
+            if len(shape) != len(low) or not all(
+                lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=False)
+            ):
+                _record("error", f"setInputShape: '{name}' {shape} is outside profile {self.profile}")
+                return False
+        self.shapes[name] = list(shape)
+        return True
+
+    def get_tensor_shape(self, name: str) -> Dims:
+        if name in self.shapes:
+            return Dims(self.shapes[name])
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(self.engine.plan["onnx"], providers=["CPUExecutionProvider"])
+        zeros = {i.name: _zeros(self.shapes[i.name]) for i in session.get_inputs()}
+        shapes = dict(zip([o.name for o in session.get_outputs()], session.run(None, zeros), strict=True))
+        return Dims(list(shapes[name].shape))
+
+    def set_tensor_address(self, name: str, memory: int) -> bool:
+        self.addresses[name] = memory
+        return True
+
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        missing = [n for n, _ in self.engine._io if n not in self.addresses] + [
+            n for n in self.engine.plan["inputs"] if n not in self.shapes
+        ]
+        if missing:
+            _record("error", f"enqueueV3: no shape or address for {missing}")
+            return False
+        _record("execute_async_v3", self.profile, self.shapes)
+        return True
+
+
+def _zeros(shape: list[int]) -> Any:
+    import numpy as np
+
+    return np.zeros(shape, np.float32)
 
 
 class Runtime:

@@ -1,0 +1,144 @@
+"""The ``local`` target's core model for a stateful model: ONNX Runtime, states kept per sequence.
+
+tritonserver 2.51's Python backend has no implicit state (its backend library never calls
+``TRITONBACKEND_StateUpdate``), so this model keeps the states itself, as Triton's implicit state
+would: per correlation id, zeros at a sequence's start, each run's state outputs fed to the same
+sequence's next run, dropped at its end or after ``max_sequence_idle_microseconds`` without a
+request. Triton's sequence batcher routes every request of a sequence to the same instance, so the
+states of an instance's sequences live here. Clients never see the state tensors: the config lists
+only the model's other inputs and outputs; the states are in the ``sequence_state`` parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+from numpy.typing import NDArray
+
+NUMPY = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+}  # fmt: skip
+START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+
+
+@dataclass(frozen=True)
+class State:
+    input: str
+    output: str
+    dtype: Any
+    dims: list[int]
+
+    def initial(self, batch: int | None) -> NDArray[Any]:
+        """Zeros; ``batch`` rows in front where the model batches."""
+        return np.zeros(([batch] if batch is not None else []) + self.dims, dtype=self.dtype)
+
+
+@dataclass
+class Sequences:
+    """The states of the live sequences, by correlation id, forgotten after ``idle_s`` unused."""
+
+    idle_s: float
+    values: dict[Any, dict[str, NDArray[Any]]] = field(default_factory=dict)
+    used: dict[Any, float] = field(default_factory=dict)
+
+    def take(self, corrid: Any, start: bool) -> dict[str, NDArray[Any]] | None:
+        """The sequence's states (None at its start or when unknown: the initial ones)."""
+        if start:
+            self.drop(corrid)
+        return self.values.get(corrid)
+
+    def keep(self, corrid: Any, states: dict[str, NDArray[Any]], end: bool) -> None:
+        if end:
+            self.drop(corrid)
+        else:
+            self.values[corrid], self.used[corrid] = states, time.monotonic()
+
+    def drop(self, corrid: Any) -> None:
+        self.values.pop(corrid, None)
+        self.used.pop(corrid, None)
+
+    def expire(self) -> None:
+        """Forget sequences Triton has dropped for idleness (it tells the model nothing)."""
+        cutoff = time.monotonic() - self.idle_s
+        for corrid in [c for c, t in self.used.items() if t < cutoff]:
+            self.drop(corrid)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"]
+        options = ort.SessionOptions()
+        threads = int(params.get("intra_op_threads", "0") or 0)
+        if threads > 0:
+            options.intra_op_num_threads = threads
+        path = folder / params.get("onnx_file", "model.onnx")
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.states = [
+            State(s["input"], s["output"], NUMPY[s["dtype"]], list(s["dims"]))
+            for s in json.loads(params["sequence_state"])
+        ]
+        hidden = {s.input for s in self.states}
+        self.inputs = [i.name for i in self.session.get_inputs() if i.name not in hidden]
+        to_numpy = pb_utils.triton_string_to_numpy
+        self.outputs = [(o["name"], to_numpy(o["data_type"])) for o in config["output"]]
+        self.run_names = [name for name, _ in self.outputs] + [s.output for s in self.states]
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+        idle_us = int(config.get("sequence_batching", {}).get("max_sequence_idle_microseconds", 1_000_000))
+        self.sequences = Sequences(idle_s=idle_us / 1e6)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        self.sequences.expire()
+        return [self._answer(r) for r in requests]
+
+    def _answer(self, request: Any) -> Any:
+        corrid, flags = request.correlation_id(), request.flags()
+        try:
+            feed = self._feed(request)
+        except Exception as exc:
+            return _error(f"bad input: {exc}")
+        states = self.sequences.take(corrid, start=bool(flags & START))
+        if states is None:
+            states = {s.input: s.initial(self._rows(feed)) for s in self.states}
+        try:
+            got = self.session.run(self.run_names, feed | states)
+        except Exception as exc:
+            return _error(f"onnxruntime: {exc}")
+        count = len(self.outputs)
+        updated = {s.input: value for s, value in zip(self.states, got[count:], strict=True)}
+        self.sequences.keep(corrid, updated, end=bool(flags & END))
+        tensors = [
+            pb_utils.Tensor(name, np.ascontiguousarray(a, dtype=dtype))
+            for (name, dtype), a in zip(self.outputs, got[:count], strict=True)
+        ]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _feed(self, request: Any) -> dict[str, NDArray[Any]]:
+        feed = {}
+        for name in self.inputs:  # the model's inputs and the controls Triton adds
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                feed[name] = tensor.as_numpy()
+        return feed
+
+    def _rows(self, feed: dict[str, NDArray[Any]]) -> int | None:
+        if not self.batched:
+            return None
+        return int(next(iter(feed.values())).shape[0]) if feed else 1
+
+    def finalize(self) -> None:
+        self.session = None
+
+
+def _error(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
