@@ -10,6 +10,7 @@ SPEC ?= models.yaml
 REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
+OPENAI_PORT ?= 9000
 
 .PHONY: install engines serve test lint typecheck tools bench docker deploy-manifests clean
 
@@ -36,7 +37,7 @@ engines: $(STAMP)
 	$(BIN)/tritonforge build --spec $(SPEC) --repo $(REPO) --target $(TARGET)
 
 serve: $(STAMP)
-	$(BIN)/tritonforge serve --repo $(REPO)
+	$(BIN)/tritonforge serve --repo $(REPO) --openai-port $(OPENAI_PORT)
 
 # The architecture's layers are import-linter contracts in pyproject.toml.
 lint: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -13,9 +14,14 @@ import tempfile
 import threading
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.errors import BuildError
+from builder.openai_frontend import API_KEY_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 from builder.server import TritonServer
+
+if TYPE_CHECKING:
+    from builder.openai_frontend.server import OpenAIServer
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -28,6 +34,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--model-control", choices=("none", "explicit"), default="none")
+    p.add_argument(
+        "--openai-port", type=int, default=DEFAULT_PORT,
+        help=f"OpenAI-compatible endpoint for the repository's LLMs (default {DEFAULT_PORT}; 0: off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--openai-api-key", default=None,
+        help=f"key the OpenAI endpoint asks for (default: ${API_KEY_ENV}; unset or empty: none)",
+    )  # fmt: skip
+    p.add_argument("--openai-max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.set_defaults(func=run)
     return p
 
@@ -66,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             + " to the network, without authentication",
             file=sys.stderr,
         )
+    if not 0 <= args.openai_port <= 65535 or args.openai_max_body_bytes < 1:
+        print("error: --openai-port must be 0-65535 and --openai-max-body-bytes positive", file=sys.stderr)
+        return 2
     if not args.repo.is_dir():
         print(f"error: {args.repo}: no such model repository (run the build first)", file=sys.stderr)
         return 2
@@ -82,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _serve(server, stop)
+        return _serve(server, stop, args)
     finally:
         server.stop()
         for sig, handler in previous.items():
@@ -92,21 +110,52 @@ def run(args: argparse.Namespace) -> int:
 START_TIMEOUT_S = 600  # an LLM in the repository: vLLM's engine takes from 20 s to minutes to start
 
 
-def _serve(server: TritonServer, stop: threading.Event) -> int:
+def _serve(server: TritonServer, stop: threading.Event, args: argparse.Namespace) -> int:
     try:
         server.start(timeout=START_TIMEOUT_S)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    with contextlib.ExitStack() as stack:
+        openai = _openai(server, args)
+        if openai is not None:
+            try:
+                stack.enter_context(openai)
+            except (OSError, TimeoutError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+        return _wait(server, stop, openai)
+
+
+def _openai(server: TritonServer, args: argparse.Namespace) -> OpenAIServer | None:
+    if args.openai_port == 0:
+        return None
+    try:  # FastAPI, uvicorn and the SDK types: requirements/llm.txt, only needed when on
+        from builder.openai_frontend.app import Settings
+        from builder.openai_frontend.server import OpenAIServer, api_key
+    except ImportError as exc:
+        print(f"warning: no OpenAI endpoint ({exc}; install requirements/llm.txt)", file=sys.stderr)
+        return None
+
+    settings = Settings(server.grpc_url, api_key(args.openai_api_key), args.openai_max_body_bytes)
+    return OpenAIServer(settings, host=args.host, port=args.openai_port)
+
+
+def _wait(server: TritonServer, stop: threading.Event, openai: OpenAIServer | None) -> int:
     print(f"HTTP     {server.http_url}")
     print(f"gRPC     {server.grpc_url}")
     print(f"metrics  {server.metrics_url}")
+    if openai is not None:
+        print(f"OpenAI   {openai.url}")
     print(f"ready    {', '.join(ready_models(server.http_url)) or '(none)'}")
     print(f"log      {server.log_path}")
     print("Ctrl-C to stop", flush=True)
     while not stop.wait(0.5):
         if not server.is_running():
             print(f"error: tritonserver exited:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+        if openai is not None and not openai.is_running():
+            print("error: the OpenAI endpoint stopped", file=sys.stderr)
             return 1
     print("stopping", flush=True)
     return 0

@@ -1,0 +1,135 @@
+"""OpenAI requests to the Triton model's inputs, and errors to OpenAI's shape (no server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from builder.openai_frontend.protocol import (
+    OpenAIError,
+    from_triton,
+    parse_chat,
+    parse_completion,
+    parse_json,
+)
+from clients.errors import (
+    InvalidInput,
+    ModelNotReady,
+    RequestRejected,
+    ServerUnavailable,
+    TritonClientError,
+)
+from clients.generator import stream_error
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def _refused(parse: Any, body: dict[str, Any]) -> OpenAIError:
+    with pytest.raises(OpenAIError) as caught:
+        parse(body)
+    assert caught.value.status == 400
+    return caught.value
+
+
+def test_chat_maps_to_the_model_inputs() -> None:
+    call = parse_chat({**CHAT, "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": "\n",
+                       "stream": True, "stream_options": {"include_usage": True}, "user": "u"})  # fmt: skip
+    fields = call.fields(with_priority=False)
+    assert json.loads(fields["messages"]) == [{"role": "user", "content": "Hi"}]
+    assert "text_input" not in fields and fields["stream"] is True and fields["exclude_input_in_output"]
+    assert json.loads(fields["sampling_parameters"]) == {
+        "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["\n"]
+    }  # fmt: skip
+    assert all(fields[f"return_{k}"] for k in ("finish_reason", "num_input_tokens", "num_output_tokens"))
+    assert call.include_usage
+
+
+def test_max_completion_tokens_wins_and_unset_leaves_the_model_default() -> None:
+    call = parse_chat({**CHAT, "max_completion_tokens": 4, "max_tokens": 9})
+    assert call.sampling == {"max_tokens": 4}
+    assert parse_chat(CHAT).sampling == {}  # the model applies the spec's sampling defaults
+
+
+def test_text_parts_are_joined_and_developer_is_system() -> None:
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    messages = [{"role": "developer", "content": parts}]
+    assert parse_chat({"model": "m", "messages": messages}).prompt == [{"role": "system", "content": "ab"}]
+
+
+def test_vllm_extensions_pass_through() -> None:
+    call = parse_completion({"model": "m", "prompt": "p", "ignore_eos": True, "top_k": 5, "other": 1})
+    assert call.sampling == {"ignore_eos": True, "top_k": 5}
+
+
+def test_completion_takes_one_prompt() -> None:
+    call = parse_completion({"model": "m", "prompt": ["Once"], "stop": ["a", "b"]})
+    assert call.prompt == "Once" and call.sampling == {"stop": ["a", "b"]} and not call.stream
+    assert call.fields(with_priority=False)["text_input"] == "Once"
+    assert _refused(parse_completion, {"model": "m", "prompt": [1, 2]}).param == "prompt"
+
+
+def test_priority_is_sent_only_to_a_model_that_takes_it() -> None:
+    call = parse_chat({**CHAT, "priority": -1})
+    assert call.fields(with_priority=True)["priority"] == -1
+    assert "priority" not in call.fields(with_priority=False)
+    assert _refused(parse_chat, {**CHAT, "priority": "high"}).param == "priority"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": CHAT["messages"]}, "model"),
+        ({**CHAT, "max_tokens": "many"}, "max_tokens"),
+        ({**CHAT, "temperature": "hot"}, "temperature"),
+        ({**CHAT, "stream": "yes please"}, None),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({**CHAT, "n": 2}, "n"),
+        ({**CHAT, "logprobs": True}, "logprobs"),
+        ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ],
+)
+def test_bad_chat_requests_name_their_field(body: dict[str, Any], param: str | None) -> None:
+    error = _refused(parse_chat, body)
+    assert error.param == param
+    assert error.body()["error"]["type"] == "invalid_request_error"
+    assert set(error.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_defaults_of_unsupported_fields_are_accepted() -> None:
+    assert parse_chat({**CHAT, "n": 1, "logprobs": False, "tool_choice": "none"}).sampling == {}
+    assert parse_completion({"model": "m", "prompt": "p", "echo": False, "best_of": 1, "logprobs": None})
+
+
+def test_completion_logprobs_and_echo_are_refused() -> None:
+    assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 2}).param == "logprobs"
+    assert _refused(parse_completion, {"model": "m", "prompt": "p", "echo": True}).param == "echo"
+
+
+@pytest.mark.parametrize("body", [b"{", b"[1]", b"\xff"])
+def test_a_body_that_is_no_json_object_is_400(body: bytes) -> None:
+    with pytest.raises(OpenAIError) as caught:
+        parse_json(body)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "kind"),
+    [
+        (stream_error("sampling_parameters.n: only 1 is supported, got 2"), 400, "invalid_request_error"),
+        (stream_error("engine is full: 32 requests in flight"), 429, "rate_limit_error"),
+        (stream_error("Exceeds maximum queue size"), 429, "rate_limit_error"),
+        (InvalidInput("unexpected inference input 'x'"), 400, "invalid_request_error"),
+        (ModelNotReady("model is not ready"), 503, "server_error"),
+        (ServerUnavailable("failed to connect"), 503, "server_error"),
+        (TritonClientError("Engine failed"), 500, "server_error"),
+    ],
+)
+def test_triton_errors_map_to_openai_statuses(error: TritonClientError, status: int, kind: str) -> None:
+    mapped = from_triton(error)
+    assert (mapped.status, mapped.kind) == (status, kind)
+    assert mapped.body()["error"]["message"] == str(error)
+    assert isinstance(error, RequestRejected) == (status == 429)

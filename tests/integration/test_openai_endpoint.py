@@ -1,0 +1,136 @@
+"""The OpenAI-compatible endpoint, called with the official ``openai`` SDK, over the zoo's LLM on a
+real tritonserver (one server and one endpoint for the module: vLLM takes 20-60 s to start)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from builder.llm.serving import EngineArgs, ServingSettings
+from builder.openai_frontend.app import Settings
+from builder.openai_frontend.server import OpenAIServer
+from tests.integration.fixtures.llm_repo import MODEL, llm_server
+
+pytestmark = pytest.mark.integration
+
+KEY = "test-key-0123456789"
+MAX_BODY = 64 * 1024
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
+    engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4,
+                        kv_cache_space_gib=1.0)  # fmt: skip
+    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=4)) as triton:
+        settings = Settings(triton.grpc_url, api_key=KEY, max_body_bytes=MAX_BODY)
+        with OpenAIServer(settings, port=0) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def client(endpoint: OpenAIServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=endpoint.url, api_key=KEY, max_retries=0, timeout=120)
+
+
+def test_models_lists_the_llm(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_chat_whole(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=12, temperature=0)  # type: ignore[arg-type]
+    choice = reply.choices[0]
+    assert reply.object == "chat.completion" and choice.message.role == "assistant"
+    assert "paris" in (choice.message.content or "").lower()
+    assert reply.usage is not None and reply.usage.prompt_tokens > len(CHAT[0]["content"].split())
+    assert 0 < reply.usage.completion_tokens <= 12
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_chat_stream_with_usage(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=16, temperature=0)  # type: ignore[arg-type]
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=16, temperature=0, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    ))  # fmt: skip
+    texts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert sum(1 for t in texts if t) > 1, "the answer came in one piece, not streamed"
+    assert "".join(texts) == whole.choices[0].message.content  # greedy: the same tokens
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+
+
+def test_completion_whole_max_tokens_gives_length(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0)
+    assert reply.object == "text_completion"
+    assert reply.choices[0].finish_reason == "length" and reply.usage is not None
+    assert reply.usage.completion_tokens == 5
+    assert not reply.choices[0].text.startswith(PROMPT)  # the prompt is not echoed
+
+
+def test_completion_stream(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0)
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0,
+                                            stream=True))  # fmt: skip
+    assert len([c for c in chunks if c.choices[0].text]) > 1
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert all(c.usage is None for c in chunks)  # no include_usage: no usage chunk
+
+
+def test_stop_is_honoured(client: openai.OpenAI) -> None:
+    free = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0).choices[0]
+    words = free.text.split()
+    assert len(words) >= 2, free.text
+    stop = words[1]  # the second word the model says: the answer must end before it
+    stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0,
+                                        stop=[stop]).choices[0]  # fmt: skip
+    assert stopped.finish_reason == "stop"
+    assert stopped.text == free.text[: free.text.index(stop)]
+
+
+def test_bad_request_is_400_in_openai_shape(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens="many")  # type: ignore[arg-type]
+    assert caught.value.status_code == 400
+    body = caught.value.body
+    assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
+    assert body["type"] == "invalid_request_error" and body["param"] == "max_tokens"
+
+
+def test_model_refusal_is_400(client: openai.OpenAI) -> None:
+    """An INVALID_ARG of the Triton model itself (here vLLM's own range check) is a 400."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=-3)
+    assert "max_tokens" in caught.value.message
+
+
+def test_n_above_one_is_refused_with_a_reason(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, n=2)  # type: ignore[arg-type]
+    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == "n"
+
+
+def test_unknown_model_is_404(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=2)
+    assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("key", ["", "wrong-key"])
+def test_missing_or_wrong_key_is_401(endpoint: OpenAIServer, key: str) -> None:
+    bad = openai.OpenAI(base_url=endpoint.url, api_key=key or "x", max_retries=0,
+                        default_headers={"Authorization": ""} if not key else None)  # fmt: skip
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def test_oversized_body_is_413(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model=MODEL, prompt="x" * (MAX_BODY + 1), max_tokens=2)
+    assert caught.value.status_code == 413
+    assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "request_too_large"
