@@ -68,6 +68,7 @@ def test_server_stopped_with_requests_in_flight(fresh_server: Callable[[], Any])
     server = fresh_server()
     errors: dict[str, BaseException] = {}
     elapsed: dict[str, float] = {}
+    served = {"grpc": threading.Event(), "http": threading.Event()}  # a first answer on each
 
     def hammer(url: str, protocol: str) -> None:
         with Client(url, protocol, timeout=5) as c:
@@ -78,6 +79,7 @@ def test_server_stopped_with_requests_in_flight(fresh_server: Callable[[], Any])
                 except Exception as exc:
                     errors[protocol], elapsed[protocol] = exc, time.monotonic() - start
                     return
+                served[protocol].set()
 
     threads = [
         threading.Thread(target=hammer, args=(server.grpc_url, "grpc")),
@@ -85,7 +87,8 @@ def test_server_stopped_with_requests_in_flight(fresh_server: Callable[[], Any])
     ]
     for thread in threads:
         thread.start()
-    time.sleep(1.0)
+    for protocol, event in served.items():  # both clients are sending when the server stops
+        assert event.wait(60), f"no answer on {protocol}: {errors.get(protocol)!r}"
     server.stop(timeout=5)
     for thread in threads:
         thread.join(30)

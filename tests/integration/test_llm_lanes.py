@@ -8,7 +8,6 @@ checkpoint (see fixtures/llm_repo.py).
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -22,7 +21,7 @@ from tests.integration.fixtures.llm_repo import MODEL, llm_server
 
 pytestmark = pytest.mark.integration
 
-LONG_TOKENS = 300
+LONG_TOKENS = 480  # near max_model_len (512): the long request is still decoding after the short ones
 
 
 @pytest.fixture(scope="module")
@@ -36,27 +35,35 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 
 
 def test_short_requests_are_served_while_the_long_lane_is_full(server: TritonServer) -> None:
-    async def run() -> tuple[float, list[float], str, float]:
+    """Ordered by the stream, not by timing: the second long request is sent once the first has
+    its first piece (so it is in its lane), and the short ones are done while the long one is still
+    coming (fewer of its tokens counted than it asked for)."""
+
+    async def run() -> tuple[int, list[int], str, int]:
         async with AsyncGenerator(server.grpc_url, MODEL, timeout=300) as gen:
-            start = time.monotonic()
-            long = asyncio.create_task(
-                gen.generate("Tell me a story.", max_tokens=LONG_TOKENS, ignore_eos=True)
-            )
-            await asyncio.sleep(1.0)
+            running = asyncio.Event()
+            pieces: list[int] = []
+
+            async def long() -> int:
+                async for piece in gen.stream_pieces(
+                    "Tell me a story.", max_tokens=LONG_TOKENS, ignore_eos=True
+                ):
+                    pieces.append(piece.num_output_tokens)
+                    running.set()
+                return sum(pieces)
+
+            first = asyncio.create_task(long())
+            await asyncio.wait_for(running.wait(), timeout=300)
             with pytest.raises(RequestRejected, match="lane 'long'") as refused:
                 await gen.generate("Another story.", max_tokens=LONG_TOKENS, ignore_eos=True)
-            shorts = []
-            for _ in range(3):
-                await gen.generate("Hi", max_tokens=4)
-                shorts.append(time.monotonic() - start)
-            shorts_done = time.monotonic()
-            result = await long
-            assert result.num_output_tokens == LONG_TOKENS
-            return time.monotonic() - start, shorts, str(refused.value), shorts_done - start
+            shorts = [(await gen.generate("Hi", max_tokens=4)).num_output_tokens for _ in range(3)]
+            long_tokens_by_then = sum(pieces)
+            return await first, shorts, str(refused.value), long_tokens_by_then
 
-    long_s, shorts, message, shorts_s = asyncio.run(run())
+    long_tokens, shorts, message, by_then = asyncio.run(run())
     assert "engine is full" in message
-    assert shorts_s < long_s, (shorts, long_s)  # the short ones did not wait for the long one
+    assert long_tokens == LONG_TOKENS and all(0 < n <= 4 for n in shorts), (long_tokens, shorts)
+    assert by_then < LONG_TOKENS, by_then  # the short ones did not wait for the long one
 
 
 def test_each_lane_reports_its_own_metrics(server: TritonServer) -> None:
