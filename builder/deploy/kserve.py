@@ -35,10 +35,12 @@ from .common import (
     resources,
     shm_volume,
     storage_env_from,
+    triton_release,
 )
 
 KSERVE_HTTP_PORT, KSERVE_GRPC_PORT = 8080, 9000  # the ports KServe's Triton runtime uses
 RUNTIME = "kserve-tritonserver"
+NVIDIA_ENTRYPOINT = "/opt/nvidia/nvidia_entrypoint.sh"  # sets up CUDA compatibility, execs its args
 RESTRICTED = "model-repository,shared-memory,trace,logging"
 ADMIN_HEADER = "triton-admin-key"
 
@@ -56,10 +58,18 @@ def safety_args() -> list[str]:
 
 
 def _runtime_model(spec: Spec, opts: DeployOptions) -> Manifest:
-    """KServe's Triton runtime; the storage initializer copies storageUri to /mnt/models."""
+    """KServe's Triton runtime; the storage initializer copies storageUri to /mnt/models.
+
+    Pinned to the release the plans are built for (the chart's default, 23.05, has TensorRT
+    8.6 and cannot load them), on the tritonforge image built from that release, which has
+    the Python-backend models' packages: NVIDIA's entrypoint, then the runtime's own
+    ``tritonserver --model-store=/mnt/models`` arguments."""
     model: Manifest = {
         "modelFormat": {"name": "triton"},
         "runtime": RUNTIME,
+        "runtimeVersion": triton_release(),
+        "image": opts.image_ref,
+        "command": [NVIDIA_ENTRYPOINT],
         "protocolVersion": "v2",
         "storageUri": opts.repository_url,
         "args": safety_args(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,17 @@ def test_planted_defects_in_the_llm_inference_service_fail(spec: Spec) -> None:
     misspelt["spec"]["predictor"]["containers"][0]["startupprobe"] = {}
     with pytest.raises(UserError, match="startupprobe"):
         kserve.validate(misspelt)
+
+
+def test_the_object_store_runtime_is_pinned_to_the_release_the_plans_are_built_for(spec: Spec) -> None:
+    # The serving stage's base image, read from the Dockerfile as docker resolves its ARGs.
+    text = (ROOT / "Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text.split("\nFROM ", 1)[0], re.M))
+    (base,) = re.findall(r"^FROM (\S+) AS server$", text, re.M)
+    tag = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], base).rpartition(":")[2]
+    model = kserve.inference_service(spec, REMOTE)["spec"]["predictor"]["model"]
+    assert model["runtimeVersion"] == tag and tag.endswith("-py3")
+    # the image built on that release, with the Python-backend models' packages, runs tritonserver
+    # directly (NVIDIA's entrypoint, then the runtime's own `tritonserver --model-store` args)
+    assert model["image"] == REMOTE.image_ref
+    assert model["command"] == ["/opt/nvidia/nvidia_entrypoint.sh"]
