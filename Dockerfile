@@ -21,8 +21,11 @@
 # same release's -vllm-python-py3 image, with the vLLM that image ships:
 #
 #   docker build --target vllm -t tritonforge-vllm:0.1.0 .
-#   docker run --gpus all --shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 \
-#       -e TRITON_ADMIN_KEY=... tritonforge-vllm:0.1.0 --model-control-mode=explicit --load-model=smollm2
+#   docker run --gpus all --shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 -p 9000:9000 \
+#       -e TRITON_ADMIN_KEY=... -e TRITONFORGE_OPENAI_API_KEY=... \
+#       tritonforge-vllm:0.1.0 --model-control-mode=explicit --load-model=smollm2
+#
+# Port 9000 is the OpenAI-compatible endpoint (/v1/chat/completions...) over the LLM models.
 
 ARG TRITON_RELEASE=25.10
 ARG PYTHON_VERSION=3.11
@@ -60,7 +63,7 @@ USER 10001:10001
 ENV TRITONFORGE_REPOSITORY=/opt/tritonforge/model_repository \
     TRITONFORGE_SKIP_ENGINES=1 \
     HOME=/opt/tritonforge
-EXPOSE 8000 8001 8002
+EXPOSE 8000 8001 8002 9000
 # Start period: loading the weights and capturing CUDA graphs before the server listens.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30m --retries=3 \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]

@@ -15,6 +15,8 @@
 #                           unset = a random key nobody knows, so they stay closed
 #   TRITON_ADMIN_HEADER     that header's name (default triton-admin-key)
 #   TRITONFORGE_SKIP_ENGINES=1  serve what is there without building plans (nor checking for a GPU)
+#   TRITONFORGE_OPENAI_PORT     the OpenAI-compatible endpoint for the LLMs (default 9000; 0: off)
+#   TRITONFORGE_OPENAI_API_KEY  the key it asks for (Authorization: Bearer KEY); unset: none
 # Extra arguments are passed to tritonserver (e.g. --http-port=8080 --log-verbose=1).
 set -euo pipefail
 
@@ -62,8 +64,24 @@ build_engines() {
   fi
 }
 
+# In the background, before tritonserver: it answers 503 until the server is up, and the
+# container stops with tritonserver (the process this script becomes).
+openai_endpoint() {
+  local port="${TRITONFORGE_OPENAI_PORT:-9000}"
+  [[ "$port" == 0 ]] && return
+  if ! python3 -c "import builder.openai_frontend.app" >/dev/null 2>&1; then
+    log "no OpenAI endpoint on port $port: this image lacks builder.openai_frontend or its dependencies"
+    return
+  fi
+  if [[ -z "${TRITONFORGE_OPENAI_API_KEY:-}" ]]; then
+    log "TRITONFORGE_OPENAI_API_KEY is not set: the OpenAI endpoint on port $port asks for no key"
+  fi
+  python3 -m builder.openai_frontend --triton 127.0.0.1:8001 --host 0.0.0.0 --port "$port" &
+}
+
 key="$(admin_key)"
 build_engines
+openai_endpoint
 exec tritonserver \
   --model-repository="$repo" \
   --model-control-mode=none \

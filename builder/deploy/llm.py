@@ -15,6 +15,8 @@ from typing import NoReturn
 
 from builder.errors import UserError
 from builder.llm.memory import ModelSizes
+from builder.openai_frontend import API_KEY_ENV
+from builder.openai_frontend import DEFAULT_PORT as OPENAI_PORT
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
 
@@ -35,7 +37,7 @@ from .common import (
     scrape_annotations,
 )
 
-PORTS = (("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT))
+PORTS = (("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT), ("openai", OPENAI_PORT))
 # Loading the weights, profiling the KV space and capturing CUDA graphs takes minutes on a
 # large model; the server listens only once its models are loaded.
 STARTUP_SECONDS = 1800
@@ -108,12 +110,19 @@ def container(llm: LLMSpec, opts: DeployOptions) -> Manifest:
         "env": [
             {"name": "TRITONFORGE_REPOSITORY", "value": IMAGE_REPOSITORY},
             admin_key_env(opts, optional=True),
+            openai_key_env(opts),
         ],
         "resources": resources(llm, opts),
         "volumeMounts": [SHM_MOUNT],
         "securityContext": container_security(),
         **probes("http", STARTUP_SECONDS),
     }
+
+
+def openai_key_env(opts: DeployOptions) -> Manifest:
+    """The OpenAI endpoint's key, from a Secret ``<name>-openai`` (key ``key``); none without it."""
+    ref = {"name": f"{opts.name}-openai", "key": "key", "optional": True}
+    return {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
 def deployment(llm: LLMSpec, opts: DeployOptions) -> Manifest:

@@ -183,3 +183,12 @@ def test_vllm_entries_move_to_their_own_repository(spec: Spec, tmp_path: Path) -
 def test_moving_from_a_missing_repository_names_it(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="not a built repository"):
         move_vllm_entries(tmp_path / "none", tmp_path / "out")
+
+
+def test_the_llm_service_and_pod_offer_the_openai_endpoint_with_its_key(spec: Spec) -> None:
+    c = container(llm_deployment(spec))
+    assert {"name": "openai", "containerPort": 9000, "protocol": "TCP"} in c["ports"]
+    ports = {p["name"]: p["port"] for p in llm.service(spec.llms[0], DeployOptions())["spec"]["ports"]}
+    assert ports["openai"] == 9000 and ports["grpc"] == 8001
+    env = {e["name"]: e for e in c["env"]}
+    assert env["TRITONFORGE_OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True

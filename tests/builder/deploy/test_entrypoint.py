@@ -216,3 +216,31 @@ def test_real_tritonserver_accepts_the_flags_and_enforces_them(tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+FAKE_PYTHON = """#!/bin/bash
+[[ "$1" == -c ]] && exit 0
+printf '%s\\n' "$@" > "$FAKE_LOG/openai.tmp" && mv "$FAKE_LOG/openai.tmp" "$FAKE_LOG/openai"
+"""
+
+
+@pytest.mark.parametrize("port", ["", "9100", "0"])
+def test_the_openai_endpoint_starts_beside_tritonserver_unless_off(tmp_path: Path, port: str) -> None:
+    bin_dir = fake_bin(tmp_path, gpu=True)
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path), "TRITONFORGE_OPENAI_PORT": port}
+    proc = subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "server").is_file()  # tritonserver still runs, in the shell's place
+    if port == "0":
+        assert not (tmp_path / "openai").exists() and "OpenAI" not in proc.stderr
+        return
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "openai").exists():  # started in the background: wait for its record
+        assert time.monotonic() < deadline, "the OpenAI endpoint was not started"
+        time.sleep(0.05)
+    args = (tmp_path / "openai").read_text().split()
+    assert args == ["-m", "builder.openai_frontend", "--triton", "127.0.0.1:8001", "--host", "0.0.0.0",
+                    "--port", port or "9000"]  # fmt: skip
+    assert "TRITONFORGE_OPENAI_API_KEY is not set" in proc.stderr
