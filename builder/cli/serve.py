@@ -138,6 +138,9 @@ def _openai(server: TritonServer, args: argparse.Namespace) -> OpenAIServer | No
         return None
 
     settings = Settings(server.grpc_url, api_key(args.openai_api_key), args.openai_max_body_bytes)
+    if settings.api_key is None and not is_loopback(args.host):
+        print(f"warning: the OpenAI endpoint on {args.host} asks for no key (set {API_KEY_ENV})",
+              file=sys.stderr)  # fmt: skip
     return OpenAIServer(settings, host=args.host, port=args.openai_port)
 
 

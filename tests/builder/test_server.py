@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -190,9 +191,9 @@ def serve(*args: str) -> subprocess.Popen[str]:
 
 @pytest.mark.integration
 def test_serve_cli_runs_until_sigterm(tmp_path: Path) -> None:
-    ports = [str(find_free_port()) for _ in range(3)]
+    ports = [str(find_free_port()) for _ in range(4)]
     flags = ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
-    proc = serve("--repo", str(python_repo(tmp_path / "repo")), *flags)
+    proc = serve("--repo", str(python_repo(tmp_path / "repo")), *flags, "--openai-port", ports[3])
     try:
         assert proc.stdout is not None
         lines = []
@@ -205,6 +206,9 @@ def test_serve_cli_runs_until_sigterm(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{ports[2]}/metrics" in out
         assert "ready    pre" in out
         assert urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/health/ready", timeout=5).status == 200
+        assert f"OpenAI   http://127.0.0.1:{ports[3]}/v1" in out
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports[3]}/v1/models", timeout=10) as r:
+            assert json.load(r) == {"object": "list", "data": []}  # no LLM in this repository
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
         log = next(line.split()[-1] for line in lines if line.startswith("log"))
@@ -215,6 +219,7 @@ def test_serve_cli_runs_until_sigterm(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert listening_addresses(int(ports[0])) == set(), "the server stopped with the command"
+    assert listening_addresses(int(ports[3])) == set(), "the OpenAI endpoint stopped with it"
 
 
 def test_serve_cli_warns_before_binding_beyond_loopback(tmp_path: Path) -> None:
