@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from builder.spec import Spec
 
-from . import llm
+from . import llm, sizing
 from .common import (
     GRPC_PORT,
     HTTP_PORT,
@@ -30,6 +30,26 @@ from .common import (
 )
 
 PORTS = (("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT))
+ENGINE_CACHE = "engine-cache"
+ENGINE_CACHE_MOUNT = "/opt/tritonforge/engine-cache"  # TRITONFORGE_ENGINE_CACHE: plans, timing cache
+ENGINE_CACHE_FLOOR_BYTES = 4 * 1024**3
+# Average time a request waits in Triton's queue, per pod, from its own counters (the
+# Prometheus adapter rule below); scaling out when requests wait, not when the CPU is busy.
+QUEUE_METRIC = "triton_queue_duration_us_per_request"
+QUEUE_TARGET_US = 20_000
+ADAPTER_RULES = f"""\
+rules:
+- seriesQuery: 'nv_inference_queue_duration_us{{namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name:
+    as: {QUEUE_METRIC}
+  metricsQuery: >-
+    sum(rate(nv_inference_queue_duration_us{{<<.LabelMatchers>>}}[1m])) by (<<.GroupBy>>)
+    / clamp_min(sum(rate(nv_inference_request_success{{<<.LabelMatchers>>}}[1m])) by (<<.GroupBy>>), 1e-9)
+"""
 
 
 def container(spec: Spec, opts: DeployOptions) -> Manifest:
@@ -37,6 +57,10 @@ def container(spec: Spec, opts: DeployOptions) -> Manifest:
         {"name": "TRITONFORGE_REPOSITORY", "value": opts.repository},
         admin_key_env(opts, optional=True),
     ]
+    mounts = [SHM_MOUNT]
+    if opts.gpus:  # plans built by an earlier pod on such a GPU are served, not rebuilt
+        env.append({"name": "TRITONFORGE_ENGINE_CACHE", "value": ENGINE_CACHE_MOUNT})
+        mounts.append({"name": ENGINE_CACHE, "mountPath": ENGINE_CACHE_MOUNT})
     out: Manifest = {
         "name": "tritonserver",
         "image": opts.image_ref,
@@ -44,7 +68,7 @@ def container(spec: Spec, opts: DeployOptions) -> Manifest:
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in PORTS],
         "env": env,
         "resources": resources(spec, opts),
-        "volumeMounts": [SHM_MOUNT],
+        "volumeMounts": mounts,
         "securityContext": container_security(),
         **probes("http"),
     }
@@ -61,6 +85,9 @@ def deployment(spec: Spec, opts: DeployOptions) -> Manifest:
         "containers": [container(spec, opts)],
         "volumes": [shm_volume(spec, opts)],
     }
+    if opts.gpus:
+        claim = {"claimName": engine_cache_claim(opts)}
+        pod["volumes"].append({"name": ENGINE_CACHE, "persistentVolumeClaim": claim})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -87,9 +114,41 @@ def service(opts: DeployOptions) -> Manifest:
     }
 
 
+def engine_cache_claim(opts: DeployOptions) -> str:
+    return f"{opts.name}-{ENGINE_CACHE}"
+
+
+def engine_cache(opts: DeployOptions) -> Manifest:
+    """The plans and timing cache, shared by every pod: each GPU model and TensorRT version
+    gets its own folder in it (``builder.engines.build.engine_root``), so pods on different
+    GPUs do not replace each other's plans."""
+    size = max(ENGINE_CACHE_FLOOR_BYTES, 4 * sizing.repository_bytes(opts.built_repo))
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": engine_cache_claim(opts), "labels": labels(opts)},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": sizing.mebibytes(size)}},
+        },
+    }
+
+
+def adapter_rules(opts: DeployOptions) -> Manifest:
+    """The Prometheus adapter rule serving :data:`QUEUE_METRIC` (merge it into the adapter's
+    configuration; the HPA reads the metric through custom.metrics.k8s.io)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{opts.name}-prometheus-adapter-rules", "labels": labels(opts)},
+        "data": {"config.yaml": ADAPTER_RULES},
+    }
+
+
 def autoscaler(opts: DeployOptions) -> Manifest:
-    """CPU utilisation works with the metrics-server alone; a queue-time metric needs an adapter."""
-    target = {"type": "Utilization", "averageUtilization": 80}
+    """Scales on the time requests wait in Triton's queue (the Prometheus adapter's custom
+    metric), which grows when the GPU is the bottleneck while the CPU may sit idle."""
+    target = {"type": "AverageValue", "averageValue": str(QUEUE_TARGET_US)}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -98,7 +157,7 @@ def autoscaler(opts: DeployOptions) -> Manifest:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": opts.name},
             "minReplicas": opts.min_replicas,
             "maxReplicas": opts.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC}, "target": target}}],
         },
     }
 
@@ -109,6 +168,8 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
         "deployment.yaml": deployment(spec, opts),
         "service.yaml": service(opts),
         "hpa.yaml": autoscaler(opts),
+        "prometheus-adapter-rules.yaml": adapter_rules(opts),
+        **({"engine-cache-pvc.yaml": engine_cache(opts)} if opts.gpus else {}),
         **llm.manifests(spec, opts),
     }
 

@@ -26,6 +26,12 @@ STUB_REGION_BYTES = 1 * MIB  # the Python backend's shm-default-byte-size
 STRING_ELEMENT_BYTES = 1 * MIB  # assumed size of one STRING element (an encoded image, a text)
 DYNAMIC_DIM = 512  # a -1 dim of a Python-backend tensor counts as this many elements
 BASE_MEMORY_BYTES = 2048 * MIB  # tritonserver, backends and the Python stubs, without models
+# A GPU pod builds its plans before serving (the entrypoint): host memory for a CUDA context
+# with TensorRT, cuBLAS and cuDNN loaded, and for the builder, which holds the parsed network's
+# weights, their copies while it times tactics and the serialized plan of the largest model.
+CUDA_CONTEXT_BYTES = 1536 * MIB
+PLAN_BUILD_FACTOR = 4  # times the largest ONNX file
+PLAN_BUILD_FLOOR_BYTES = 1024 * MIB  # when no built repository is at hand to measure
 
 DTYPE_BYTES = {
     "BOOL": 1,
@@ -80,11 +86,22 @@ def repository_bytes(repo: Path | None) -> int:
     return sum(p.stat().st_size for p in repo.rglob("*") if p.is_file())
 
 
+def plan_build_bytes(repo: Path | None) -> int:
+    """Host memory TensorRT's builder needs beyond the CUDA context for the largest model."""
+    if repo is None or not repo.is_dir():
+        return PLAN_BUILD_FLOOR_BYTES
+    largest = max((p.stat().st_size for p in repo.rglob("*.onnx") if p.is_file()), default=0)
+    return max(PLAN_BUILD_FLOOR_BYTES, PLAN_BUILD_FACTOR * largest)
+
+
 def sizing(spec: Spec, gpus: int, repo: Path | None = None) -> Sizing:
     """The memory request is the base plus /dev/shm (it counts against the pod's memory)
-    plus the built repository's size, when one exists here to measure."""
+    plus the built repository's size, when one exists here to measure; with GPUs, plus what
+    building the plans takes (:data:`CUDA_CONTEXT_BYTES`, :func:`plan_build_bytes`)."""
     shm = shm_bytes(spec, gpus)
     memory = BASE_MEMORY_BYTES + shm + repository_bytes(repo)
+    if gpus:
+        memory += CUDA_CONTEXT_BYTES + plan_build_bytes(repo)
     instances = sum(instance_count(m, gpus) for m in spec.python_models)
     return Sizing(shm_bytes=shm, memory_request_bytes=memory, python_instances=instances)
 

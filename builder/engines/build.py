@@ -6,6 +6,8 @@ and the build goes on (unless engines are required).
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,13 +197,14 @@ def build_all(
             raise EnginesRequired(message + " (--require-engines)")
         log(message)
         return engines
+    root = engine_root(cache_root, found)
     for m in models:
         engines.results[m.spec.name] = plan_engines(
             m.spec,
             m.variants,
             m.calibration_table,
-            cache_root / m.spec.name / "engines",
-            cache_root / "tensorrt",
+            root / m.spec.name / "engines",
+            root / "tensorrt",
             evaluation=_evaluation(m.reference_dir),
             precisions=[p for p in wanted_precisions(m.spec) if p in m.passed],
             availability=found,
@@ -212,6 +215,21 @@ def build_all(
     if require and problems:
         raise EnginesRequired("; ".join(problems))
     return engines
+
+
+ENGINE_CACHE_ENV = "TRITONFORGE_ENGINE_CACHE"
+
+
+def engine_root(cache_root: Path, found: TensorRTAvailability) -> Path:
+    """Where plans and the timing cache go: the stage cache, or with ``TRITONFORGE_ENGINE_CACHE``
+    (a volume every pod mounts) that folder's subfolder for this GPU model and TensorRT build,
+    so that pods on other GPUs neither replace nor rebuild each other's plans."""
+    shared = os.environ.get(ENGINE_CACHE_ENV)
+    if not shared or found.gpu is None or found.version is None:
+        return cache_root
+    gpu = re.sub(r"[^a-z0-9]+", "-", found.gpu.name.lower()).strip("-")
+    cc = found.gpu.compute_capability.replace(".", "")
+    return Path(shared) / "-".join(p for p in (gpu, f"sm{cc}", f"trt{found.version}", found.cuda) if p)
 
 
 def _evaluation(ref: Path) -> Evaluation:

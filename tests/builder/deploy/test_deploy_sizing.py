@@ -59,9 +59,25 @@ def test_memory_request_adds_shm_and_a_built_repository(tmp_path: Path) -> None:
     spec = spec_with([])
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"0" * (3 * MIB))
-    without = sizing.sizing(spec, 1).memory_request_bytes
+    without = sizing.sizing(spec, 0).memory_request_bytes
     assert without == sizing.BASE_MEMORY_BYTES + sizing.SHM_FLOOR_BYTES
-    assert sizing.sizing(spec, 1, tmp_path).memory_request_bytes == without + 3 * MIB
+    assert sizing.sizing(spec, 0, tmp_path).memory_request_bytes == without + 3 * MIB
+
+
+def test_a_gpu_pod_has_room_for_the_cuda_context_and_the_plan_build(tmp_path: Path) -> None:
+    # The entrypoint builds plans before serving: TensorRT's builder holds the parsed network,
+    # its copies and the serialized plan of the largest model, beside a CUDA context.
+    spec = spec_with([])
+    cpu = sizing.sizing(spec, 0).memory_request_bytes
+    assert sizing.sizing(spec, 1).memory_request_bytes == (
+        cpu + sizing.CUDA_CONTEXT_BYTES + sizing.PLAN_BUILD_FLOOR_BYTES
+    )
+    for name, size in (("a", 100), ("b", 700)):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes(b"0" * (size * MIB))
+    built = sizing.sizing(spec, 1, tmp_path).memory_request_bytes
+    assert built == cpu + 800 * MIB + sizing.CUDA_CONTEXT_BYTES + sizing.PLAN_BUILD_FACTOR * 700 * MIB
+    assert sizing.sizing(spec, 1).memory_request_bytes > 2304 * MIB  # the CPU-derived size before
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/models", "gs://bucket", "s3://host:9000/bucket/path"])

@@ -415,3 +415,24 @@ def test_each_profile_is_timed_at_its_opt_shape_with_the_inputs_on_the_device(
     assert meta is not None and meta.ms_per_sample is not None
     by_profile = meta.verification["timing"]["by_profile"]
     assert len(by_profile) == 2 and meta.ms_per_sample == pytest.approx(sum(by_profile) / 2)
+
+
+def test_with_a_shared_engine_cache_plans_and_timing_cache_go_to_its_gpu_and_tensorrt_folder(
+    trt10: TrtDouble, tmp_path, variants, a10, monkeypatch
+) -> None:
+    from builder.engines.build import EngineInput, build_all
+
+    evaluation = _evaluation(variants)
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    np.savez(ref / "inputs.npz", **evaluation.inputs)
+    np.savez(ref / "reference.npz", **evaluation.reference)
+    shared = tmp_path / "volume"
+    monkeypatch.setenv("TRITONFORGE_ENGINE_CACHE", str(shared))
+    model = EngineInput(tiny_model(), variants, [Precision.FP16], Precision.FP16, None, ref)
+    engines = build_all([model], tmp_path / "cache", lambda _: None, require=True, availability=a10)
+    (result,) = engines.results["tiny"]
+    folder = shared / "nvidia-a10-sm86-trt10.13.0.35"
+    assert result.plan == folder / "tiny" / "engines" / "fp16" / "model.plan"
+    assert (folder / "tensorrt" / "timing-trt10.13.0.35-sm86.cache").is_file()
+    assert not (tmp_path / "cache" / "tiny").exists()
