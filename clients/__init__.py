@@ -5,8 +5,8 @@ Imports only tritonclient (with the grpcio, urllib3 and aiohttp it brings), nump
 library (Pillow, optionally, for images).
 """
 
-from .aio import AsyncClient
-from .client import Client
+from .aio import AsyncClient, AsyncSequence
+from .client import Client, Sequence
 from .errors import (
     InferenceTimeout,
     InvalidInput,
@@ -28,6 +28,7 @@ __all__ = [
     "NO_RETRY",
     "AsyncClient",
     "AsyncGenerator",
+    "AsyncSequence",
     "Classifier",
     "Client",
     "Embedder",
@@ -42,6 +43,7 @@ __all__ = [
     "Prediction",
     "RequestRejected",
     "RetryPolicy",
+    "Sequence",
     "ServerUnavailable",
     "Settings",
     "SharedMemoryError",

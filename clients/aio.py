@@ -10,6 +10,7 @@ from . import regions, retry
 from .core import Call, InferOptions, Part, Probe, Readiness, prepare
 from .model import Arrays, ModelInfo
 from .protocol import as_json, module
+from .sequence import SequenceId, SequenceState, check_sequence_id, new_sequence_id
 from .settings import Options, Settings
 
 if TYPE_CHECKING:
@@ -113,6 +114,29 @@ class AsyncClient:
         call = prepare(self.settings, info, inputs, outputs, deadline, options)
         return call.join(list(await asyncio.gather(*(self._send(call, p, limit) for p in call.parts))))
 
+    def sequence(self, model: str, sequence_id: SequenceId | None = None) -> AsyncSequence:
+        """As `Client.sequence`: `async with client.sequence("vad") as seq: await seq.infer(chunk)`."""
+        chosen = new_sequence_id() if sequence_id is None else check_sequence_id(sequence_id)
+        return AsyncSequence(self, SequenceState(model, chosen))
+
+    async def _step(
+        self,
+        state: SequenceState,
+        inputs: Mapping[str, Any],
+        outputs: Iterable[str] | None,
+        end: bool,
+        options: InferOptions,
+    ) -> Arrays:
+        """One request of a sequence, sent once (see `clients.sequence`)."""
+        deadline = self.settings.deadline(options.get("timeout"))
+        info = await self.model(state.model, options.get("version", ""))
+        step = state.step(info, end)
+        call = prepare(self.settings, info, inputs, outputs, deadline, options, step)
+        attempt = lambda t: self._attempt(call, call.parts[0], t)  # noqa: E731
+        result = await retry.acall(attempt, retry.NO_RETRY, deadline)
+        state.answered(step)
+        return result
+
     async def _send(self, call: Call, part: Part, limit: asyncio.Semaphore) -> Arrays:
         async with limit:
             attempt = lambda t: self._attempt(call, part, t)  # noqa: E731
@@ -127,6 +151,7 @@ class AsyncClient:
     async def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
         extra = {"client_timeout": timeout} if self.protocol == "grpc" else {}
         name, version = call.info.name, call.version
+        extra |= call.sequence_arguments()
         request = self._raw.infer(name, inputs, model_version=version, outputs=outputs, **extra)
         return await asyncio.wait_for(request, timeout)
 
@@ -139,3 +164,39 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class AsyncSequence:
+    """The asyncio twin of `client.Sequence`."""
+
+    def __init__(self, client: AsyncClient, state: SequenceState) -> None:
+        self._client, self._state = client, state
+
+    @property
+    def sequence_id(self) -> SequenceId:
+        return self._state.sequence_id
+
+    @property
+    def ended(self) -> bool:
+        return self._state.ended
+
+    async def infer(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Iterable[str] | None = None,
+        *,
+        end: bool = False,
+        **options: Unpack[InferOptions],
+    ) -> Arrays:
+        return await self._client._step(self._state, inputs, outputs, end, options)
+
+    async def end(
+        self, inputs: Mapping[str, Any], outputs: Iterable[str] | None = None, **options: Unpack[InferOptions]
+    ) -> Arrays:
+        return await self.infer(inputs, outputs, end=True, **options)
+
+    async def __aenter__(self) -> AsyncSequence:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None

@@ -14,12 +14,13 @@ from .core import Call, InferOptions, Part, Probe, Readiness, prepare
 from .errors import InferenceTimeout
 from .model import Arrays, ModelInfo
 from .protocol import as_json, module
+from .sequence import SequenceId, SequenceState, check_sequence_id, new_sequence_id
 from .settings import SHM_THRESHOLD, Options, Settings
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-__all__ = ["SHM_THRESHOLD", "Client"]
+__all__ = ["SHM_THRESHOLD", "Client", "Sequence"]
 
 
 class Client:
@@ -155,6 +156,30 @@ class Client:
         with ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="tritonforge-many") as pool:
             return list(pool.map(lambda r: self.infer(model, r, outs, **options), list(requests)))
 
+    def sequence(self, model: str, sequence_id: SequenceId | None = None) -> Sequence:
+        """A sequence of a stateful model, whose state the server keeps between its requests:
+        `with client.sequence("vad") as seq: seq.infer(chunk); ...; seq.infer(last, end=True)`.
+        `sequence_id` (default: a random one) must not be in use by another live sequence."""
+        chosen = new_sequence_id() if sequence_id is None else check_sequence_id(sequence_id)
+        return Sequence(self, SequenceState(model, chosen))
+
+    def _step(
+        self,
+        state: SequenceState,
+        inputs: Mapping[str, Any],
+        outputs: Iterable[str] | None,
+        end: bool,
+        options: InferOptions,
+    ) -> Arrays:
+        """One request of a sequence, sent once (see `clients.sequence`)."""
+        deadline = self.settings.deadline(options.get("timeout"))
+        info = self.model(state.model, options.get("version", ""))
+        step = state.step(info, end)
+        call = prepare(self.settings, info, inputs, outputs, deadline, options, step)
+        result = retry.call(lambda t: self._attempt(call, call.parts[0], t), retry.NO_RETRY, deadline)
+        state.answered(step)
+        return result
+
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             size = self.settings.concurrency
@@ -172,15 +197,18 @@ class Client:
 
     def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
         raw, name, version = self._thread_raw(), call.info.name, call.version
+        seq = call.sequence_arguments()
         if self.protocol == "grpc":
-            return raw.infer(name, inputs, model_version=version, outputs=outputs, client_timeout=timeout)
+            return raw.infer(
+                name, inputs, model_version=version, outputs=outputs, client_timeout=timeout, **seq
+            )
         if timeout is None or timeout >= 0.95 * self._network_timeout:
-            return raw.infer(name, inputs, model_version=version, outputs=outputs)
+            return raw.infer(name, inputs, model_version=version, outputs=outputs, **seq)
         import gevent  # tritonclient's HTTP transport runs on gevent
 
         try:
             with gevent.Timeout(timeout):
-                return raw.infer(name, inputs, model_version=version, outputs=outputs)
+                return raw.infer(name, inputs, model_version=version, outputs=outputs, **seq)
         except gevent.Timeout as exc:
             self._reset_thread_raw()
             raise InferenceTimeout(f"no response from {name} within {timeout:.3g}s") from exc
@@ -200,3 +228,44 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Sequence:
+    """One sequence of a stateful model (`Client.sequence`): each `infer` is the sequence's next
+    request, the first one starting it; `end=True` (or `end(...)`) sends its last request, after
+    which the server frees its state. Leaving the `with` block sends nothing (a request needs
+    inputs): a sequence left without its end is dropped by the server once idle."""
+
+    def __init__(self, client: Client, state: SequenceState) -> None:
+        self._client, self._state = client, state
+
+    @property
+    def sequence_id(self) -> SequenceId:
+        return self._state.sequence_id
+
+    @property
+    def ended(self) -> bool:
+        return self._state.ended
+
+    def infer(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Iterable[str] | None = None,
+        *,
+        end: bool = False,
+        **options: Unpack[InferOptions],
+    ) -> Arrays:
+        """The outputs of the sequence's next chunk (options as for `Client.infer`)."""
+        return self._client._step(self._state, inputs, outputs, end, options)
+
+    def end(
+        self, inputs: Mapping[str, Any], outputs: Iterable[str] | None = None, **options: Unpack[InferOptions]
+    ) -> Arrays:
+        """The sequence's last chunk: its outputs, and the server frees the sequence's state."""
+        return self.infer(inputs, outputs, end=True, **options)
+
+    def __enter__(self) -> Sequence:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None

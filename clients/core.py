@@ -16,6 +16,7 @@ from .errors import InvalidInput, ModelNotReady, ServerUnavailable, translate
 from .model import Arrays, ModelInfo, check_outputs, join, split
 from .protocol import make_inputs, make_outputs
 from .retry import Deadline
+from .sequence import Step, check_batch
 from .settings import Settings, reject_unknown
 
 
@@ -48,6 +49,11 @@ class Call:
     class_count: int
     use_shm: bool
     deadline: Deadline
+    step: Step | None = None  # a request of a sequence: its flags
+
+    def sequence_arguments(self) -> dict[str, Any]:
+        """The sequence keyword arguments of tritonclient's `infer` (none outside a sequence)."""
+        return self.step.arguments() if self.step is not None else {}
 
     def shm_plan(self, part: Part) -> shm.Plan | None:
         """The part's shared-memory plan, or None when it travels in the request."""
@@ -85,19 +91,23 @@ def prepare(
     outputs: Iterable[str] | None,
     deadline: Deadline,
     options: InferOptions,
+    step: Step | None = None,
 ) -> Call:
-    """The call for `inputs`; raises InvalidInput (naming the input or output) before anything is sent."""
+    """The call for `inputs` (with `step`, one request of a sequence, never split); raises
+    InvalidInput (naming the input or output) before anything is sent."""
     reject_unknown(options, InferOptions.__optional_keys__, "infer")
     arrays, batch = info.check(inputs)
     names = output_names(info, outputs)
     limit = info.max_batch_size
+    if step is not None:
+        check_batch(info, batch)
     if 0 < limit < batch:
         parts = [Part(p, len(next(iter(p.values())))) for p in split(arrays, limit)]
     else:
         parts = [Part(arrays, batch)]
     use_shm = settings.use_shm(options.get("shm"), arrays)
     version, class_count = options.get("version", ""), options.get("class_count", 0)
-    return Call(info, version, parts, names, class_count, use_shm, deadline)
+    return Call(info, version, parts, names, class_count, use_shm, deadline, step)
 
 
 def output_names(info: ModelInfo, outputs: Iterable[str] | None) -> list[str]:

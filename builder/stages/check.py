@@ -36,14 +36,14 @@ def compare(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> Non
     weights = {init.name for init in graph.graph.initializer}
     seq = model.sequence
     hidden = set(seq.hidden_inputs() + seq.hidden_outputs()) if seq else set()  # fed by the server
+    if seq is not None:  # first: a misnamed state would otherwise read as an unknown tensor
+        from builder.stages.sequence import compare_states
+
+        compare_states(model, graph, spec_file=spec_file)
     inputs = [v for v in graph.graph.input if v.name not in weights | hidden]
     _compare_side("inputs", model, model.inputs, inputs, spec_file)
     outputs = [v for v in graph.graph.output if v.name not in hidden]
     _compare_side("outputs", model, model.outputs, outputs, spec_file)
-    if seq is not None:
-        from builder.stages.sequence import compare_states
-
-        compare_states(model, graph, spec_file=spec_file)
 
 
 def graph_opset(path: Path) -> int:
