@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,24 @@ def fill_from_graph(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -
             model=name,
             field=missing,
         )
-    return spec_entry(graph_io(graph), entry, sample_shapes(entry, spec_dir))
+    io = graph_io(graph)
+    if isinstance(entry.get("sequence"), dict):  # a stateful model: its states' batch axes count too
+        entry = {"max_batch_size": DEFAULT_MAX_BATCH_SIZE if io.batchable() else 0, **entry}
+        io = without_server_tensors(io, entry["sequence"])
+    return spec_entry(io, entry, sample_shapes(entry, spec_dir))
+
+
+def without_server_tensors(io: GraphIO, sequence: dict[str, Any]) -> GraphIO:
+    """The graph's tensors less a stateful model's states and controls, which the server feeds."""
+    hidden: set[object] = set()
+    for state in sequence.get("state") or []:
+        if isinstance(state, dict):
+            hidden |= {state.get("input"), state.get("output")}
+    controls = sequence.get("controls")
+    if isinstance(controls, dict):
+        hidden |= {name for kind, name in controls.items() if kind != "dtype"}
+    inputs = [t for t in io.inputs if t.name not in hidden]
+    return replace(io, inputs=inputs, outputs=[t for t in io.outputs if t.name not in hidden])
 
 
 def spec_entry(io: GraphIO, entry: dict[str, Any], samples: dict[str, tuple[int, ...]]) -> dict[str, Any]:

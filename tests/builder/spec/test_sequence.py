@@ -10,7 +10,8 @@ import yaml
 
 from builder.errors import SpecError
 from builder.spec import load_spec
-from tests.builder.fixtures.recurrent import entries
+from builder.spec.graph import DEFAULT_MAX_BATCH_SIZE
+from tests.builder.fixtures.recurrent import entries, write_project
 
 
 def error_for(tmp_path: Path, **changes: Any) -> str:
@@ -86,3 +87,19 @@ def test_warmup_and_int8_are_refused(tmp_path: Path) -> None:
 
 def test_unknown_sequence_fields_are_named(tmp_path: Path) -> None:
     assert "sequence.states" in error_for(tmp_path, sequence={**sequence(), "states": []})
+
+
+@pytest.mark.parametrize(("name", "max_batch_size"), [("vad", 0), ("rnn", DEFAULT_MAX_BATCH_SIZE)])
+def test_tensors_read_from_the_graph_leave_out_states_and_controls(
+    tmp_path: Path, name: str, max_batch_size: int
+) -> None:
+    write_project(tmp_path)
+    entry = dict(next(e for e in entries() if e["name"] == name))
+    for key in ("inputs", "outputs", "max_batch_size"):
+        entry.pop(key)
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [entry]}))
+    [spec] = load_spec(path).models
+    assert [t.name for t in spec.inputs] == ["x"] and [t.name for t in spec.outputs] == ["y"]
+    # vad's state [2, B, 8] has its batch on axis 1: served without Triton's batch dimension
+    assert spec.max_batch_size == max_batch_size
