@@ -1,27 +1,48 @@
 """What only a GPU host with TensorRT can check, in one run and one JSON report.
 
-Run through ``tools/gpu_check.sh`` (see its header). Steps: detect TensorRT and the
-GPU; build and verify every plan (``tritonforge engines --require-engines``);
-rebuild with ``--if-stale``, which must rebuild nothing; when ``tritonserver`` is
-on PATH, load the repository and infer once per core model and per ONNX Runtime
-fallback with the model's first evaluation sample. Exit 0 when every step that ran
-passed, 1 when one failed, 2 when nothing could be checked here (no TensorRT or no
-GPU: the report and the one line printed say so).
+What a passing run proves, step by step (the report has one entry per step):
+
+1. detect: TensorRT 10.8-11.x and a CUDA GPU are here (else it says so in one line, writes
+   the report with checked: false and exits 2: nothing was checked);
+2. build: every plan of the spec is built, run on the evaluation set at each optimization
+   profile's opt batch and at the max batch under the profile Triton picks for each batch
+   (the nearest opt shape), verified against the reference outputs with the CPU variant's
+   tolerance, timed, and published (tritonforge engines --require-engines);
+3. rebuild: a second run with --if-stale rebuilds nothing (every plan's metadata fits
+   this machine);
+4. plans: the metadata of the plans installed in the repository, and "served": the precision
+   each model's plan serves;
+5. server (when tritonserver is on PATH): Triton loads the repository, and every core model
+   (its plan) and its ONNX Runtime fallback answer the whole evaluation set, sent at each
+   profile's opt batch and at the max batch (so Triton serves it under every profile) and as
+   one request per sample all at once (so its dynamic batcher forms the batches), each
+   answer compared with the reference under the tolerance of the precision served.
+
+Exit 0 when every step that ran passed, 1 when one failed, 2 when nothing was checked.
+The budget (--budget-s, default 540: under ten minutes with the server's start) covers all
+steps: when it runs out, the running step is stopped (tritonforge and the TensorRT build
+worker it started are killed as one process group; the server check stops before its next
+run), that step is marked "out of time (--budget-s)", the steps after it do not run, and
+the check fails (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +58,12 @@ TRITONFORGE = [sys.executable, "-c", "import sys; from builder.cli import main; 
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="tools/gpu_check.sh", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/gpu_check.sh",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--spec", type=Path, default=ROOT / "models.yaml", help="the spec (default: models.yaml)")
     p.add_argument("--repo", type=Path, default=None, help="repository to build (default: a fresh folder)")
     p.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="the JSON report")
@@ -78,14 +104,17 @@ def main(argv: list[str]) -> int:
         steps["rebuild"]["rebuilt"] = rebuilt
         steps["rebuild"]["ok"] = steps["rebuild"]["ok"] and not rebuilt
     steps["plans"] = plans(args.repo)
+    report["served"] = {p["model"]: p["precision"] for p in steps["plans"]}
     server = shutil.which("tritonserver")
     if args.no_server or server is None:
         steps["server"] = {
             "ok": None,
             "skipped": "--no-server" if args.no_server else "no tritonserver on PATH",
         }
-    elif steps["build"]["ok"]:
-        steps["server"] = serve_and_infer(server, args, deadline)
+    elif steps["build"]["ok"] and steps.get("rebuild", {}).get("error") is None:
+        steps["server"] = serve_and_check(server, args, deadline)
+    else:
+        steps["server"] = {"ok": None, "skipped": "the build did not pass"}
     report["checked"] = True
     report["ok"] = all(s.get("ok") is not False for s in steps.values() if isinstance(s, dict))
     write(args.out, report)
@@ -96,15 +125,16 @@ def main(argv: list[str]) -> int:
 def engines(args: argparse.Namespace, deadline: float, *flags: str) -> dict[str, Any]:
     cmd = [*TRITONFORGE, "engines", *flags, "--spec", str(args.spec), "--repo", str(args.repo)]
     start = time.monotonic()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=left(deadline), check=False)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "command": cmd, "error": "out of time (--budget-s)"}
-    lines = done.stderr.splitlines()
+    done = run_group(cmd, left(deadline))
+    if done is None:
+        error = "out of time (--budget-s): tritonforge and its TensorRT build worker were killed"
+        return {"ok": False, "command": cmd, "error": error}
+    code, _, stderr = done
+    lines = stderr.splitlines()
     found = [m.groupdict() for m in map(ENGINE_LINE.match, lines) if m]
-    step: dict[str, Any] = {"ok": done.returncode == 0, "exit": done.returncode, "command": cmd}
+    step: dict[str, Any] = {"ok": code == 0, "exit": code, "command": cmd}
     step |= {"seconds": round(time.monotonic() - start, 1), "plans": found}
-    if done.returncode != 0:
+    if code != 0:
         step["error"] = (lines or ["(no output)"])[-1]
     return step
 
@@ -118,28 +148,23 @@ def plans(repo: Path) -> list[dict[str, Any]]:
     return out
 
 
-def serve_and_infer(binary: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+def serve_and_check(binary: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
     port = free_port()
     cmd = [binary, f"--model-repository={args.repo}", "--exit-on-error=true", "--strict-readiness=true"]
     cmd += [f"--http-port={port}", "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false"]
     log = args.out.resolve().with_suffix(".tritonserver.log")
     base = f"http://127.0.0.1:{port}/v2"
     with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         while call(f"{base}/health/ready") is None:
             if proc.poll() is not None or left(deadline) <= 1:
                 return {"ok": False, "error": f"the server did not become ready (log: {log})"}
             time.sleep(1)
-        results = {name: infer_once(base, name, sample) for name, sample in samples(args)}
+        results = {c.name: check_served(base, c, deadline) for c in served_checks(args)}
         return {"ok": all(r["ok"] for r in results.values()), "log": str(log), "models": results}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_group(proc, grace_s=30)
 
 
 def call(url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -156,9 +181,27 @@ def call(url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
     return json.loads(text) if text else {}
 
 
-def samples(args: argparse.Namespace) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """(served model, its first evaluation sample) for every core model and its fallback."""
-    from builder.spec import load_spec
+@dataclass
+class ServedCheck:
+    """One served model and what its answers must match: the evaluation set's reference
+    outputs under the tolerance of the precision it serves."""
+
+    name: str
+    precision: str
+    inputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    tolerance: Any
+    outputs: list[Any]
+    batches: list[int]  # each profile's opt batch and the max (0: unbatched)
+    profiles: list[Any]
+
+
+def served_checks(args: argparse.Namespace) -> list[ServedCheck]:
+    """Every core model (its plan) and its ONNX Runtime fallback, with the evaluation set the
+    build verified it on."""
+    from builder.engines.profiles import profile_shapes
+    from builder.engines.trt_runner import verification_batches
+    from builder.spec import Precision, load_spec
 
     spec = load_spec(args.spec)
     cache = args.spec.resolve().parent / ".tritonforge" / "cache"
@@ -169,32 +212,175 @@ def samples(args: argparse.Namespace) -> list[tuple[str, dict[str, np.ndarray]]]
         )
         if not found:
             continue
-        with np.load(found[-1], allow_pickle=False) as data:
-            sample = {k: data[k][:1] if model.max_batch_size else data[k][0] for k in data.files}
-        out += [(model.name, sample), (f"{model.name}_onnx", sample)]
+        with np.load(found[-1], allow_pickle=False) as i, np.load(found[-1].with_name("reference.npz")) as r:
+            inputs, reference = {k: i[k] for k in i.files}, {k: r[k] for k in r.files}
+        profiles = profile_shapes(model)
+        batches = verification_batches(model.max_batch_size, profiles)
+        plan = served_precision(args.repo / model.name)
+        fallback = Precision.FP32 if Precision.FP32 in model.tolerances else Precision(plan)
+        for name, precision in ((model.name, Precision(plan)), (f"{model.name}_onnx", fallback)):
+            tolerance = model.tolerances[precision]
+            out.append(
+                ServedCheck(
+                    name, precision.value, inputs, reference, tolerance, model.outputs, batches, profiles
+                )
+            )
     return out
 
 
-TRITON_TYPES = {"float32": "FP32", "float16": "FP16", "int64": "INT64", "int32": "INT32", "bool": "BOOL"}
+def served_precision(model_dir: Path) -> str:
+    """The precision of the plan the repository serves (its metadata), fp32 if none says."""
+    for meta in sorted(model_dir.glob("1/*.plan.json")):
+        return str(json.loads(meta.read_text(encoding="utf-8")).get("precision", "fp32"))
+    return "fp32"
 
 
-def infer_once(base: str, model: str, sample: dict[str, np.ndarray]) -> dict[str, Any]:
-    inputs = [
-        {
-            "name": k,
-            "shape": list(v.shape),
-            "datatype": TRITON_TYPES[str(v.dtype)],
-            "data": v.ravel().tolist(),
-        }
-        for k, v in sample.items()
-    ]
+def check_served(base: str, check: ServedCheck, deadline: float) -> dict[str, Any]:
+    """The whole evaluation set at each batch size (so Triton serves it under every profile),
+    then one sample per request all at once (so its dynamic batcher forms the batches), each
+    compared with the reference; stops, saying so, when the budget runs out."""
+    from builder.engines.profiles import profile_for
+    from builder.engines.trt_runner import batches
+    from builder.stages.verify import compare
+
+    result: dict[str, Any] = {"precision": check.precision, "runs": {}, "profiles": set()}
+    runs: list[tuple[str, int]] = [(f"batch {b}", b) for b in check.batches] + [("dynamic batching", -1)]
+    for label, size in runs:
+        if left(deadline) <= 5:
+            result["error"] = f"out of time (--budget-s) before {label}: the rest was not checked"
+            break
+        try:
+            if size >= 0:
+                feeds = list(batches(check.inputs, size))
+                if check.profiles and size:
+                    result["profiles"] |= {
+                        profile_for({k: v.shape for k, v in f.items()}, check.profiles) for f in feeds
+                    }
+                got = join([infer(base, check.name, f, check.outputs) for f in feeds], batched=size > 0)
+            else:
+                got = infer_concurrently(base, check.name, check.inputs, check.outputs)
+        except (RuntimeError, UnsupportedInput) as exc:  # the server's own error text is the finding
+            result["runs"][label] = {"ok": False, "error": str(exc)}
+            continue
+        metrics, failures = compare(check.reference, got, check.tolerance, check.outputs)
+        result["runs"][label] = {"ok": not failures, "failures": failures}
+        result["runs"][label] |= {"metrics": {k: asdict(m) for k, m in metrics.items()}}
+    result["profiles"] = sorted(result["profiles"])
+    result["ok"] = "error" not in result and all(r["ok"] for r in result["runs"].values())
+    return result
+
+
+def infer_concurrently(
+    base: str, model: str, inputs: dict[str, np.ndarray], outputs: list[Any]
+) -> dict[str, np.ndarray]:
+    count = len(next(iter(inputs.values())))
+    one = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(count)]
+    with ThreadPoolExecutor(max_workers=min(32, count)) as pool:
+        answers = list(pool.map(lambda feed: infer(base, model, feed, outputs), one))
+    return join(answers, batched=True)
+
+
+def join(parts: list[dict[str, np.ndarray]], batched: bool) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] if batched else p[k][None] for p in parts]) for k in parts[0]}
+
+
+TRITON_TYPES = {
+    "float32": "FP32",
+    "float16": "FP16",
+    "int64": "INT64",
+    "int32": "INT32",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "bool": "BOOL",
+}
+NUMPY_TYPES = {v: k for k, v in TRITON_TYPES.items()}
+
+
+class UnsupportedInput(Exception):
+    """An input this check cannot send (a dtype without a Triton type here)."""
+
+
+def infer(base: str, model: str, feed: dict[str, np.ndarray], outputs: list[Any]) -> dict[str, np.ndarray]:
+    """One request with the binary tensor extension (the data is not turned into JSON numbers)."""
+    header: dict[str, Any] = {"inputs": [], "outputs": []}
+    blobs = []
+    for name, value in feed.items():
+        datatype = TRITON_TYPES.get(str(value.dtype))
+        if datatype is None:
+            raise UnsupportedInput(f"input '{name}' is {value.dtype}, which this check cannot send")
+        blob = np.ascontiguousarray(value).tobytes()
+        header["inputs"].append(
+            {
+                "name": name,
+                "shape": list(value.shape),
+                "datatype": datatype,
+                "parameters": {"binary_data_size": len(blob)},
+            }
+        )
+        blobs.append(blob)
+    header["outputs"] = [{"name": o.name, "parameters": {"binary_data": True}} for o in outputs]
+    head = json.dumps(header).encode()
+    request = urllib.request.Request(
+        f"{base}/models/{model}/infer",
+        data=head + b"".join(blobs),
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(head)),
+        },
+    )
     try:
-        result = call(f"{base}/models/{model}/infer", {"inputs": inputs})
-    except (RuntimeError, KeyError) as exc:  # the server's own error text is the finding
-        return {"ok": False, "error": str(exc)}
-    if result is None:
-        return {"ok": False, "error": "no answer"}
-    return {"ok": True, "outputs": {o["name"]: o["shape"] for o in result.get("outputs", [])}}
+        with urllib.request.urlopen(request, timeout=120) as response:
+            length = int(response.headers.get("Inference-Header-Content-Length") or 0)
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(exc.read().decode(errors="replace")[:500]) from None
+    except OSError as exc:
+        raise RuntimeError(f"no answer: {exc}") from None
+    return decode(body, length)
+
+
+def decode(body: bytes, length: int) -> dict[str, np.ndarray]:
+    answer = json.loads(body[:length] if length else body)
+    offset, out = length, {}
+    for o in answer.get("outputs", []):
+        size = o.get("parameters", {}).get("binary_data_size")
+        dtype = np.dtype(NUMPY_TYPES.get(o["datatype"], "float32"))
+        if size is None:
+            out[o["name"]] = np.array(o["data"], dtype).reshape(o["shape"])
+            continue
+        out[o["name"]] = np.frombuffer(body[offset : offset + size], dtype).reshape(o["shape"])
+        offset += size
+    return out
+
+
+def run_group(cmd: list[str], timeout: float) -> tuple[int, str, str] | None:
+    """Run ``cmd`` in its own process group; None when it ran out of time, after killing the
+    whole group (tritonforge and the TensorRT build worker it started)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, grace_s=0)
+        return None
+    return proc.returncode, out, err
+
+
+def stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM the process group and wait up to ``grace_s`` (0: none), then SIGKILL the whole
+    group, which reaches the children too even when their parent has exited."""
+    if grace_s:
+        _signal_group(proc, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=grace_s)
+    _signal_group(proc, signal.SIGKILL)
+    proc.communicate()
+
+
+def _signal_group(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
 
 
 def free_port() -> int:

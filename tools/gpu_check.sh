@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The TensorRT checks only a GPU host can run, in under ten minutes, into one JSON report:
-# detect TensorRT and the GPU, build and verify every plan, rebuild with --if-stale (nothing
-# may be rebuilt), load the repository in tritonserver when it is on PATH, infer once per
-# model. On a machine without a GPU or TensorRT it says so in one line and exits 2.
+# The TensorRT checks only a GPU host can run, in under ten minutes, into one JSON report
+# (`tools/gpu_check.sh --help` says what a passing run proves, and what happens when the
+# budget runs out):
+# detect TensorRT and the GPU, build and verify every plan under every profile, rebuild with
+# --if-stale (nothing may be rebuilt), and, when tritonserver is on PATH, serve the
+# repository and compare every model's answers on its evaluation set with the reference (at
+# each profile's opt batch, the max batch and with dynamic batching). On a machine without a
+# GPU or TensorRT it says so in one line and exits 2.
 #
 #   tools/gpu_check.sh [--spec models.yaml] [--repo DIR] [--out gpu_check.json] [--budget-s 540] [--no-server]
 #

@@ -3,12 +3,17 @@ against the TensorRT double (real builds, real subprocesses, plans run as their 
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from engine_support import DOUBLE_DIR
 
@@ -38,6 +43,70 @@ def test_help_and_bad_arguments(tmp_path: Path) -> None:
     ]:
         result = check(*args)
         assert result.returncode == 2 and why in result.stderr, result.stderr
+
+
+def load_tool() -> Any:
+    """tools/gpu_check.py as a module, for its parts."""
+    spec = importlib.util.spec_from_file_location("gpu_check_tool", ROOT / "tools" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_help_documents_what_a_passing_run_proves_and_the_budget() -> None:
+    shown = check("--help").stdout
+    for claim in (
+        "What a passing run proves",
+        "opt batch and at the max batch under the profile Triton picks",
+        "under every profile",
+        "dynamic batcher forms the batches",
+        "compared with the reference under the tolerance of the precision served",
+        '"served": the precision',
+        "killed as one process group",
+        'marked "out of time (--budget-s)"',
+    ):
+        assert claim in " ".join(shown.split()), claim
+
+
+def test_running_out_of_time_kills_the_build_worker_too(tmp_path: Path, monkeypatch) -> None:
+    # tritonforge stands in as a shell that starts a child (the build worker) and waits on it
+    tool = load_tool()
+    pidfile = tmp_path / "worker.pid"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    monkeypatch.setattr(tool, "TRITONFORGE", ["bash", "-c", script, "tritonforge"])
+    args = argparse.Namespace(spec=tmp_path / "models.yaml", repo=tmp_path / "repo")
+    step = tool.engines(args, time.monotonic() + 3)
+    assert step["ok"] is False and step["error"].startswith("out of time (--budget-s)")
+    worker = int(pidfile.read_text())
+    assert not Path(f"/proc/{worker}").exists() or "(sleep) Z" in Path(f"/proc/{worker}/stat").read_text()
+
+
+def test_an_input_type_it_cannot_send_is_a_finding_not_a_keyerror(tmp_path: Path) -> None:
+    tool = load_tool()
+    from builder.spec import Tolerance
+
+    odd = {"x": np.zeros((2, 4), np.uint16)}
+    served = tool.ServedCheck(
+        "m", "fp32", odd, {"y": np.zeros((2, 4))}, Tolerance(min_cosine=0.99), [], [2], []
+    )
+    result = tool.check_served("http://127.0.0.1:9/v2", served, time.monotonic() + 60)
+    assert result["ok"] is False
+    assert result["runs"]["batch 2"]["error"] == "input 'x' is uint16, which this check cannot send"
+    assert set(result["runs"]) == {"batch 2", "dynamic batching"}
+
+
+def test_the_budget_stops_the_server_check_and_says_where(tmp_path: Path) -> None:
+    tool = load_tool()
+    from builder.spec import Tolerance
+
+    served = tool.ServedCheck(
+        "m", "fp32", {"x": np.zeros((2, 4), np.float32)}, {}, Tolerance(min_cosine=0.99), [], [2], []
+    )
+    result = tool.check_served("http://127.0.0.1:9/v2", served, time.monotonic())
+    assert result["ok"] is False and result["runs"] == {}
+    assert result["error"] == "out of time (--budget-s) before batch 2: the rest was not checked"
 
 
 def test_on_this_machine_it_says_plainly_that_nothing_was_checked(tmp_path: Path) -> None:
