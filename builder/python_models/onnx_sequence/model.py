@@ -42,6 +42,19 @@ class State:
         return np.zeros(([batch] if batch is not None else []) + self.dims, dtype=self.dtype)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One request's run: its sequence, whether it ends it, its inputs with the sequence's states."""
+
+    corrid: Any
+    end: bool
+    feed: dict[str, NDArray[Any]]
+
+    @property
+    def rows(self) -> int:
+        return int(next(iter(self.feed.values())).shape[0])
+
+
 @dataclass
 class Sequences:
     """The states of the live sequences, by correlation id, forgotten after ``idle_s`` unused."""
@@ -56,19 +69,19 @@ class Sequences:
             self.drop(corrid)
         return self.values.get(corrid)
 
-    def keep(self, corrid: Any, states: dict[str, NDArray[Any]], end: bool) -> None:
+    def keep(self, corrid: Any, states: dict[str, NDArray[Any]], end: bool, now: float | None = None) -> None:
         if end:
             self.drop(corrid)
         else:
-            self.values[corrid], self.used[corrid] = states, time.monotonic()
+            self.values[corrid], self.used[corrid] = states, time.monotonic() if now is None else now
 
     def drop(self, corrid: Any) -> None:
         self.values.pop(corrid, None)
         self.used.pop(corrid, None)
 
-    def expire(self) -> None:
+    def expire(self, now: float | None = None) -> None:
         """Forget sequences Triton has dropped for idleness (it tells the model nothing)."""
-        cutoff = time.monotonic() - self.idle_s
+        cutoff = (time.monotonic() if now is None else now) - self.idle_s
         for corrid in [c for c, t in self.used.items() if t < cutoff]:
             self.drop(corrid)
 
@@ -99,9 +112,13 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         self.sequences.expire()
-        return [self._answer(r) for r in requests]
+        steps = [self._step(r) for r in requests]
+        runnable = [s for s in steps if isinstance(s, Step)]
+        results = dict(zip(map(id, runnable), self._run(runnable), strict=True))
+        return [self._finish(s, results[id(s)]) if isinstance(s, Step) else s for s in steps]
 
-    def _answer(self, request: Any) -> Any:
+    def _step(self, request: Any) -> Step | Any:
+        """The request's run (its inputs with its sequence's states), or its error response."""
         corrid, flags = request.correlation_id(), request.flags()
         try:
             feed = self._feed(request)
@@ -110,16 +127,50 @@ class TritonPythonModel:
         states = self.sequences.take(corrid, start=bool(flags & START))
         if states is None:
             states = {s.input: s.initial(self._rows(feed)) for s in self.states}
+        return Step(corrid, bool(flags & END), feed | states)
+
+    def _run(self, steps: list[Step]) -> list[list[NDArray[Any]] | str]:
+        """Each step's outputs (config order, then the state outputs) or its error. Where the model
+        batches, the steps of several sequences (Triton's oldest strategy hands them over together)
+        whose shapes agree run as one batch, states stacked on their batch axis like the inputs."""
+        if not self.batched or len(steps) == 1:
+            return [self._run_one(s) for s in steps]
+        results: dict[int, list[NDArray[Any]] | str] = {}
+        groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[int]] = {}
+        for i, step in enumerate(steps):
+            groups.setdefault(tuple((k, v.shape[1:]) for k, v in step.feed.items()), []).append(i)
+        for members in groups.values():
+            results.update(zip(members, self._run_group([steps[i] for i in members]), strict=True))
+        return [results[i] for i in range(len(steps))]
+
+    def _run_group(self, steps: list[Step]) -> list[list[NDArray[Any]] | str]:
+        if len(steps) == 1:
+            return [self._run_one(steps[0])]
+        feed = {name: np.concatenate([s.feed[name] for s in steps]) for name in steps[0].feed}
         try:
-            got = self.session.run(self.run_names, feed | states)
+            got = self.session.run(self.run_names, feed)
+        except Exception:  # one bad request fails alone
+            return [self._run_one(s) for s in steps]
+        bounds = np.cumsum([s.rows for s in steps])[:-1]
+        parts = [np.split(a, bounds) for a in got]
+        return [[p[k] for p in parts] for k in range(len(steps))]
+
+    def _run_one(self, step: Step) -> list[NDArray[Any]] | str:
+        try:
+            return list(self.session.run(self.run_names, step.feed))
         except Exception as exc:
-            return _error(f"onnxruntime: {exc}")
+            return f"onnxruntime: {exc}"
+
+    def _finish(self, step: Step, result: list[NDArray[Any]] | str) -> Any:
+        """Keep the sequence's new states (or drop them at its end) and answer the request."""
+        if isinstance(result, str):
+            return _error(result)
         count = len(self.outputs)
-        updated = {s.input: value for s, value in zip(self.states, got[count:], strict=True)}
-        self.sequences.keep(corrid, updated, end=bool(flags & END))
+        updated = {s.input: np.array(v) for s, v in zip(self.states, result[count:], strict=True)}
+        self.sequences.keep(step.corrid, updated, end=step.end)
         tensors = [
             pb_utils.Tensor(name, np.ascontiguousarray(a, dtype=dtype))
-            for (name, dtype), a in zip(self.outputs, got[:count], strict=True)
+            for (name, dtype), a in zip(self.outputs, result[:count], strict=True)
         ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
