@@ -136,6 +136,8 @@ def search_space(
     model = spec.model(name)
     if model.max_batch_size <= 0:
         raise ValueError(f"model '{name}' has max_batch_size 0: there is no batching to tune")
+    if model.sequence is not None:
+        raise ValueError(f"model '{name}' is stateful: the sequence batcher schedules it; nothing to tune")
     low, high, notes = batch_bounds(spec, model)
     own = of_spec(model)
     batches = sorted({b for b in _powers_of_two(low, high)} | {low, high, own.max_batch_size})
