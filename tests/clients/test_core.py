@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from clients import InvalidInput, InvalidResponse, ModelNotReady, ServerUnavailable
+from clients import InvalidInput, InvalidResponse, ModelNotReady, ServerUnavailable, core
 from clients.core import Call, InferOptions, Probe, Readiness, output_names, prepare
 from clients.retry import Deadline
 from clients.settings import Settings
@@ -106,16 +105,36 @@ def test_readiness_returns_as_soon_as_ready() -> None:
     assert Readiness("h:1", None, 5).done(Probe(True, True))
 
 
-def test_readiness_backs_off_and_never_waits_past_the_deadline() -> None:
+class Clock:
+    """clients.core's clock, moved on only by the test: deadlines are checked exactly, whatever the
+    machine's speed or load."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    stepped = Clock()
+    monkeypatch.setattr(core, "time", stepped)
+    return stepped
+
+
+def test_readiness_backs_off_and_never_waits_past_the_deadline(clock: Clock) -> None:
     wait = Readiness("h:1", None, timeout=0.3, first_delay=0.02, max_delay=0.1)
     delays = [wait.delay() for _ in range(5)]
     assert delays[:3] == pytest.approx([0.02, 0.04, 0.08], abs=1e-9)
     assert delays[3] == pytest.approx(0.1, abs=1e-9) and delays[4] == pytest.approx(0.1, abs=1e-9)
-    wait.end = time.monotonic() + 0.01
-    assert wait.delay() <= 0.01
+    clock.now = wait.end - 0.01
+    assert wait.delay() == pytest.approx(0.01, abs=1e-9)
+    clock.now = wait.end + 1
+    assert wait.delay() == 0.0
 
 
-def test_readiness_gives_up_naming_what_was_not_ready() -> None:
+def test_readiness_gives_up_naming_what_was_not_ready(clock: Clock) -> None:
     down = Readiness("h:1", "m", timeout=0)
     with pytest.raises(ServerUnavailable, match="server at h:1 not ready after 0s"):
         down.done(Probe(False))
@@ -124,7 +143,7 @@ def test_readiness_gives_up_naming_what_was_not_ready() -> None:
         model_missing.done(Probe(True, False))
     seen_up = Readiness("h:1", "m", timeout=0.05)
     assert not seen_up.done(Probe(True, False))
-    time.sleep(0.06)
+    clock.now += 0.05
     with pytest.raises(ModelNotReady):  # a failed look that says nothing keeps what was seen
         seen_up.done(Probe(None))
 
