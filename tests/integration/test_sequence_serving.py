@@ -5,12 +5,15 @@ HTTP, sync and asyncio; the end flag frees a sequence's state; clients never see
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from builder.configs import read_config
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.server import TritonServer
@@ -30,6 +33,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
     build(BuildOptions(spec, repo, target="local", cache_dir=root / "cache", log=lambda _: None))
     with TritonServer(repo, log_path=root / "server.log") as server:
         yield server, root / "project"
+
+
+def repository_index(server: TritonServer) -> dict[str, dict[str, str]]:
+    post = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(post, timeout=10) as response:
+        return {m["name"]: m for m in json.load(response)}
 
 
 def request(model: str, chunk: np.ndarray) -> dict[str, np.ndarray]:
@@ -103,3 +112,27 @@ def test_a_request_without_a_sequence_id_is_refused_by_the_server(served: tuple[
     server, _ = served
     with Client(server.grpc_url, retry_policy=NO_RETRY) as client, pytest.raises(TritonClientError):
         client.infer("vad", {"x": chunks(1, 1)[0]})
+
+
+@pytest.mark.parametrize(
+    ("target", "backends"), [("cpu", {"onnxruntime"}), ("gpu", {"tensorrt", "onnxruntime"})]
+)
+def test_container_repositories_of_stateful_models_pass_the_server_s_checks(
+    tmp_path: Path, target: str, backends: set[str]
+) -> None:
+    """Built through the pipeline, every model's sequence batcher and implicit state pass Triton's
+    validation; each stops only where the pip server has no backend library."""
+    spec = write_project(tmp_path / "project")
+    repo = tmp_path / "repository"
+    build(BuildOptions(spec, repo, target=target, cache_dir=tmp_path / "cache", log=lambda _: None))
+    configs = {p.parent.name: read_config(p) for p in repo.glob("*/config.pbtxt")}
+    assert set(configs) >= {"vad", "rnn"} and all(c.sequence_batching.state for c in configs.values())
+    server = TritonServer(repo, extra_args=["--exit-on-error=false", "--strict-readiness=false"])
+    with server:
+        index = repository_index(server)
+    seen = set()
+    for name in configs:
+        reason = index[name].get("reason", "")
+        assert index[name]["state"] == "UNAVAILABLE" and "unable to find backend library" in reason, reason
+        seen |= {b for b in backends if f"backend '{b}'" in reason}
+    assert seen == backends
