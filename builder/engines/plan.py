@@ -229,14 +229,14 @@ class _Job:
                 runs.setdefault(batch, {})[name] = data[key]
         tolerance = self.model.tolerances[precision]
         failures: list[str] = []
-        by_batch: dict[str, object] = {}
-        for batch, outputs in runs.items():
+        by_batch: dict[str, dict[str, object]] = {}
+        for batch, outputs in sorted(runs.items(), key=lambda run: int(run[0] or 0)):
             metrics, failed = compare(dict(self.evaluation.reference), outputs, tolerance, self.model.outputs)
             failures += [f"at batch {batch}: {f}" if batch else f for f in failed]
             by_batch[batch] = {name: asdict(m) for name, m in metrics.items()}
-        last = by_batch[max(runs, key=lambda b: int(b or 0))] if runs else {}
-        result: dict[str, object] = dict(last) if isinstance(last, dict) else {}
-        if len(runs) > 1:
+        # the metrics at the largest batch, and with several batch sizes, each one's
+        result: dict[str, object] = dict(list(by_batch.values())[-1]) if by_batch else {}
+        if len(by_batch) > 1:
             result["batches"] = by_batch
         return failures, result
 

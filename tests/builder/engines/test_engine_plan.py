@@ -436,3 +436,32 @@ def test_with_a_shared_engine_cache_plans_and_timing_cache_go_to_its_gpu_and_ten
     assert result.plan == folder / "tiny" / "engines" / "fp16" / "model.plan"
     assert (folder / "tensorrt" / "timing-trt10.13.0.35-sm86.cache").is_file()
     assert not (tmp_path / "cache" / "tiny").exists()
+
+
+def test_the_plan_built_is_the_file_triton_loads_on_this_gpu(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    from trt_double_runner import triton_model_file
+
+    from builder.targets import get
+
+    model = tiny_model(engine={"cc_model_filenames": ["8.6", "8.9"]})
+    (result,) = plan_engines(
+        model,
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants),
+        precisions=[Precision.FP16],
+        availability=a10,
+    )
+    cfg = get("gpu").core_config(model, "tiny", Precision.FP16)
+    files = dict(cfg.cc_model_filenames)
+    assert result.plan is not None
+    assert (
+        result.plan.name == triton_model_file(files, cfg.default_model_filename, "8.6") == "model.sm86.plan"
+    )
+    # on a GPU the list lacks Triton would look for model.plan, which no build writes: such a
+    # GPU fails its plans (test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason)
+    assert triton_model_file(files, cfg.default_model_filename, "8.0") == "model.plan"

@@ -114,6 +114,12 @@ def triton_profile(profiles: list[dict[str, Any]], shapes: dict[str, list[int]])
     return None if best is None else best[1]
 
 
+def triton_model_file(cc_model_filenames: dict[str, str], default: str, cc: str) -> str:
+    """The file Triton's TensorRT backend loads on a GPU of compute capability ``cc``: its
+    entry in ``cc_model_filenames``, else ``default_model_filename``."""
+    return cc_model_filenames.get(cc, default)
+
+
 class DeviceArray:
     """Polygraphy's device buffer, in host memory: only its address and size matter here."""
 
