@@ -6,9 +6,11 @@ and the build goes on (unless engines are required).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,19 +200,20 @@ def build_all(
         log(message)
         return engines
     root = engine_root(cache_root, found)
-    for m in models:
-        engines.results[m.spec.name] = plan_engines(
-            m.spec,
-            m.variants,
-            m.calibration_table,
-            root / m.spec.name / "engines",
-            root / "tensorrt",
-            evaluation=_evaluation(m.reference_dir),
-            precisions=[p for p in wanted_precisions(m.spec) if p in m.passed],
-            availability=found,
-            if_stale=if_stale,
-        )
-        _log_results(engines.results[m.spec.name], log)
+    with one_builder(root) if root != cache_root else contextlib.nullcontext():
+        for m in models:
+            engines.results[m.spec.name] = plan_engines(
+                m.spec,
+                m.variants,
+                m.calibration_table,
+                root / m.spec.name / "engines",
+                root / "tensorrt",
+                evaluation=_evaluation(m.reference_dir),
+                precisions=[p for p in wanted_precisions(m.spec) if p in m.passed],
+                availability=found,
+                if_stale=if_stale,
+            )
+            _log_results(engines.results[m.spec.name], log)
     problems = engines.problems()
     if require and problems:
         raise EnginesRequired("; ".join(problems))
@@ -230,6 +233,19 @@ def engine_root(cache_root: Path, found: TensorRTAvailability) -> Path:
     gpu = re.sub(r"[^a-z0-9]+", "-", found.gpu.name.lower()).strip("-")
     cc = found.gpu.compute_capability.replace(".", "")
     return Path(shared) / "-".join(p for p in (gpu, f"sm{cc}", f"trt{found.version}", found.cuda) if p)
+
+
+@contextlib.contextmanager
+def one_builder(root: Path) -> Iterator[None]:
+    """Pods sharing the engine cache that start together on one GPU model build one at a time
+    (they would share each plan's staging folder); the next one finds the plans fresh."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _evaluation(ref: Path) -> Evaluation:

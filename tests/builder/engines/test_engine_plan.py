@@ -465,3 +465,37 @@ def test_the_plan_built_is_the_file_triton_loads_on_this_gpu(
     # on a GPU the list lacks Triton would look for model.plan, which no build writes: such a
     # GPU fails its plans (test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason)
     assert triton_model_file(files, cfg.default_model_filename, "8.0") == "model.plan"
+
+
+def test_pods_sharing_the_engine_cache_build_one_at_a_time(
+    trt10, tmp_path, variants, a10, monkeypatch
+) -> None:
+    # Two pods started together on one GPU model would share a plan's staging folder: the
+    # second waits for the first's lock, then finds its plans fresh.
+    import fcntl
+
+    from builder.engines import build as build_module
+
+    shared = tmp_path / "volume"
+    monkeypatch.setenv("TRITONFORGE_ENGINE_CACHE", str(shared))
+    held: list[bool] = []
+
+    def probe(*args: object, **kwargs: object) -> list:
+        with (shared / "nvidia-a10-sm86-trt10.13.0.35" / ".lock").open("a") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(True)
+            else:
+                held.append(False)
+        return []
+
+    monkeypatch.setattr(build_module, "plan_engines", probe)
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    evaluation = _evaluation(variants)
+    np.savez(ref / "inputs.npz", **evaluation.inputs)
+    np.savez(ref / "reference.npz", **evaluation.reference)
+    model = build_module.EngineInput(tiny_model(), variants, [Precision.FP16], Precision.FP16, None, ref)
+    build_module.build_all([model], tmp_path / "cache", lambda _: None, require=False, availability=a10)
+    assert held == [True]
