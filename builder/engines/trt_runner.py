@@ -3,7 +3,7 @@ and time it at each profile's opt shape with TensorRT's own execution context.""
 
 from __future__ import annotations
 
-import time
+import ctypes
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -114,8 +114,8 @@ def time_profiles(
     launches: int = 20,
 ) -> list[float]:
     """Milliseconds per sample at each profile's opt shape, the inputs already on the GPU: the
-    median over ``rounds`` of ``launches`` back-to-back ``execute_async_v3`` calls and one
-    stream synchronization (no host copies, allocation or per-call sync, which for a large
+    median over ``rounds`` of ``launches`` back-to-back ``execute_async_v3`` calls timed with
+    CUDA events on the stream (no host copies, allocation or per-call sync, which for a large
     input such as a batch of images would weigh like the compute)."""
     import tensorrt as trt
 
@@ -149,16 +149,13 @@ def _time_profile(
                 raise RuntimeError(f"input '{name}' shape {list(value.shape)} is outside profile {profile}")
         buffers = [_bind(engine, context, i, feed, stream) for i in range(engine.num_io_tensors)]
         _launch(context, stream, 3)  # warm-up
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            _launch(context, stream, launches)
-            times.append((time.perf_counter() - start) / launches)
+        stream.synchronize()
+        times = [_timed_ms(context, stream, launches) / launches for _ in range(rounds)]
     finally:
         for buffer in buffers:
             buffer.free()
         stream.free()
-    return 1000.0 * sorted(times)[len(times) // 2] / samples
+    return sorted(times)[len(times) // 2] / samples
 
 
 def _bind(
@@ -190,4 +187,31 @@ def _launch(context: trt.IExecutionContext, stream: Any, count: int) -> None:
     for _ in range(count):
         if not context.execute_async_v3(stream.ptr):
             raise RuntimeError("execute_async_v3 failed (TensorRT's log says why)")
-    stream.synchronize()
+
+
+def _timed_ms(context: trt.IExecutionContext, stream: Any, launches: int) -> float:
+    """Milliseconds of GPU time for ``launches`` back-to-back runs: CUDA events recorded on the
+    stream before and after (cudaEventElapsedTime), through the runtime Polygraphy loaded."""
+    from polygraphy import cuda
+
+    cudart = cuda.wrapper().handle
+    on = ctypes.c_void_p(stream.ptr)
+    start, end = ctypes.c_void_p(), ctypes.c_void_p()
+    _cuda(cudart.cudaEventCreate(ctypes.byref(start)), "cudaEventCreate")
+    _cuda(cudart.cudaEventCreate(ctypes.byref(end)), "cudaEventCreate")
+    try:
+        _cuda(cudart.cudaEventRecord(start, on), "cudaEventRecord")
+        _launch(context, stream, launches)
+        _cuda(cudart.cudaEventRecord(end, on), "cudaEventRecord")
+        _cuda(cudart.cudaEventSynchronize(end), "cudaEventSynchronize")
+        ms = ctypes.c_float()
+        _cuda(cudart.cudaEventElapsedTime(ctypes.byref(ms), start, end), "cudaEventElapsedTime")
+        return float(ms.value)
+    finally:
+        cudart.cudaEventDestroy(start)
+        cudart.cudaEventDestroy(end)
+
+
+def _cuda(status: int, call: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{call} failed with CUDA error {status}")

@@ -411,6 +411,12 @@ def test_each_profile_is_timed_at_its_opt_shape_with_the_inputs_on_the_device(
     # shape: zeros), each 3 warm-up launches and 5 rounds of 20, none through Polygraphy's infer()
     runs = [(p, shapes["input"]) for p, shapes in trt10.named("execute_async_v3")]
     assert runs == [(0, [4, 3, 8, 8])] * 103 + [(1, [8, 3, 32, 32])] * 103
+    # each round between two CUDA events recorded on the stream
+    assert [e for e in trt10.events() if e[0] in ("cudaEventRecord", "execute_async_v3")][3:25] == (
+        [["cudaEventRecord", 1]]
+        + [["execute_async_v3", 0, {"input": [4, 3, 8, 8]}]] * 20
+        + [["cudaEventRecord", 2]]
+    )
     meta = read_metadata(result.plan)
     assert meta is not None and meta.ms_per_sample is not None
     by_profile = meta.verification["timing"]["by_profile"]

@@ -8,8 +8,9 @@ Polygraphy's ``TrtRunner``), and that profile must be the one Triton would choos
 those shapes (:func:`triton_profile`), so verification covers what Triton serves.
 ``install()`` (called by ``sitecustomize`` here, so in every build subprocess) puts
 these classes in place of ``EngineFromBytes`` and ``TrtRunner`` in
-``polygraphy.backend.trt``, and of ``DeviceArray`` and ``Stream`` (host memory) in
-``polygraphy.cuda``, when those modules are imported.
+``polygraphy.backend.trt``, and of ``DeviceArray`` and ``Stream`` (host memory) and the
+CUDA runtime's event calls (``wrapper().handle``) in ``polygraphy.cuda``, when those
+modules are imported.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import time
 from collections import OrderedDict
 from types import ModuleType
 from typing import Any
@@ -151,9 +153,49 @@ class Stream:
         self.ptr = 0
 
 
+class _Cudart:
+    """The CUDA event calls of libcudart (ctypes style: results through byref), timed on the
+    host clock; every record is journaled."""
+
+    def __init__(self) -> None:
+        self.created = 0
+        self.recorded: dict[int, float] = {}
+
+    def cudaEventCreate(self, event: Any) -> int:
+        self.created += 1
+        event._obj.value = self.created
+        return 0
+
+    def cudaEventRecord(self, event: Any, stream: Any) -> int:
+        import tensorrt as trt
+
+        self.recorded[event.value] = time.perf_counter()
+        trt._record("cudaEventRecord", event.value)
+        return 0
+
+    def cudaEventSynchronize(self, event: Any) -> int:
+        return 0 if event.value in self.recorded else 600  # cudaErrorNotReady
+
+    def cudaEventElapsedTime(self, ms: Any, start: Any, end: Any) -> int:
+        ms._obj.value = 1000.0 * (self.recorded[end.value] - self.recorded[start.value])
+        return 0
+
+    def cudaEventDestroy(self, event: Any) -> int:
+        self.recorded.pop(event.value, None)
+        return 0
+
+
+class _Wrapper:
+    handle = _Cudart()
+
+
+def wrapper() -> _Wrapper:
+    return _Wrapper()
+
+
 PATCHES = {
     "polygraphy.backend.trt": {"EngineFromBytes": EngineFromBytes, "TrtRunner": TrtRunner},
-    "polygraphy.cuda": {"DeviceArray": DeviceArray, "Stream": Stream},
+    "polygraphy.cuda": {"DeviceArray": DeviceArray, "Stream": Stream, "wrapper": wrapper},
 }
 
 
