@@ -11,6 +11,7 @@ import pytest
 from builder.llm.serving import EngineArgs, ServingSettings
 from builder.openai_frontend.app import Settings
 from builder.openai_frontend.server import OpenAIServer
+from builder.server import TritonServer
 from tests.integration.fixtures.llm_repo import MODEL, llm_server
 
 pytestmark = pytest.mark.integration
@@ -22,13 +23,18 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4,
                         kv_cache_space_gib=1.0)  # fmt: skip
-    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=4)) as triton:
-        settings = Settings(triton.grpc_url, api_key=KEY, max_body_bytes=MAX_BODY)
-        with OpenAIServer(settings, port=0) as server:
-            yield server
+    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=4)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def endpoint(triton: TritonServer) -> Iterator[OpenAIServer]:
+    settings = Settings(triton.grpc_url, api_key=KEY, max_body_bytes=MAX_BODY)
+    with OpenAIServer(settings, port=0) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +86,11 @@ def test_completion_stream(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
     assert all(c.usage is None for c in chunks)  # no include_usage: no usage chunk
+    counted = list(client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ))  # fmt: skip
+    assert counted[-1].choices == [] and counted[-1].usage == whole.usage
 
 
 def test_stop_is_honoured(client: openai.OpenAI) -> None:
@@ -91,6 +102,15 @@ def test_stop_is_honoured(client: openai.OpenAI) -> None:
                                         stop=[stop]).choices[0]  # fmt: skip
     assert stopped.finish_reason == "stop"
     assert stopped.text == free.text[: free.text.index(stop)]
+
+
+def test_seed_makes_sampling_repeatable(client: openai.OpenAI) -> None:
+    def sample(seed: int) -> str:
+        reply = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12,
+                                          temperature=1.0, seed=seed)  # fmt: skip
+        return reply.choices[0].text
+
+    assert sample(7) == sample(7)
 
 
 def test_bad_request_is_400_in_openai_shape(client: openai.OpenAI) -> None:
