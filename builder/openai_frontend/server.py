@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -28,8 +29,12 @@ class OpenAIServer:
             timeout_graceful_shutdown=5,
         )  # fmt: skip
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="openai-endpoint", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="openai-endpoint", daemon=True)
         self.host, self.port = host, port
+
+    def _run(self) -> None:
+        with contextlib.suppress(SystemExit):  # uvicorn's way to say it could not start (logged)
+            self._server.run()
 
     @property
     def url(self) -> str:
