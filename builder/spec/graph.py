@@ -124,10 +124,25 @@ def fill_from_graph(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -
             field=missing,
         )
     io = graph_io(graph)
+    _refuse_non_tensors(io, entry, spec_file=spec_file, model=name)
     if isinstance(entry.get("sequence"), dict):  # a stateful model: its states' batch axes count too
         entry = {"max_batch_size": DEFAULT_MAX_BATCH_SIZE if io.batchable() else 0, **entry}
         io = without_server_tensors(io, entry["sequence"])
     return spec_entry(io, entry, sample_shapes(entry, spec_dir))
+
+
+def _refuse_non_tensors(io: GraphIO, entry: dict[str, Any], *, spec_file: Path, model: str) -> None:
+    """Triton serves tensors: a sequence or map the graph takes or returns is named in one line."""
+    for side, tensors in (("inputs", io.inputs), ("outputs", io.outputs)):
+        for t in tensors:
+            if side not in entry and t.shape is None and t.dtype.endswith("_type"):
+                raise SpecError(
+                    f"graph {side[:-1]} '{t.name}' is a {t.dtype.removesuffix('_type')}, not a tensor; "
+                    "Triton serves tensors only (sklearn converters: zipmap=False)",
+                    file=spec_file,
+                    model=model,
+                    field=side,
+                )
 
 
 def without_server_tensors(io: GraphIO, sequence: dict[str, Any]) -> GraphIO:
