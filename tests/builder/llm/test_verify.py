@@ -118,5 +118,11 @@ def test_vllm_agrees_with_transformers_on_smollm2(smollm2_checkpoint: Path, tmp_
     conversations = load_conversations(PROMPTS / "eval.json", model="smollm2")
     report = verify_llm(spec, smollm2_checkpoint, gguf(), conversations, work=tmp_path / "verify")
     assert len(report.prompts) == 2 and report.passed, report.failures
-    assert "Paris" in report.prompts[0].engine_text  # "What is the capital of France?"
+    # "What is the capital of France?": the source model (transformers, float32) says Paris. The
+    # engine decodes in bfloat16, whose rounding depends on the CPU's kernels (AVX-512 BF16 / AMX
+    # or not): at a near-tie its greedy tokens may part from the source's (seen on AMX: "L'Étoile,
+    # la Mar", a mean log-prob gap of 0.03), which the tolerance allows. So the engine is held to
+    # the tolerance on every prompt rather than to the source's words.
+    assert "Paris" in report.prompts[0].source_text, report.prompts[0]
+    assert all(p.logprob_gap <= 0.5 for p in report.prompts), report.prompts
     assert (tmp_path / "verify" / "vllm.log").stat().st_size > 0
