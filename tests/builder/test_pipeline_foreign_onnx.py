@@ -1,0 +1,63 @@
+"""Foreign ONNX files through the build: a variant that cannot be made is dropped with its reason
+in one line while the rest is published; int8 below opset 13 converts the opset and says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from builder.pipeline import build, failure_line
+from builder.records import BuildOptions
+from tests.builder.fixtures import foreign_onnx as f
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_variant_that_cannot_be_made_is_dropped_and_the_rest_published(tmp_path: Path) -> None:
+    f.save(f.conv_graph(12), tmp_path / "conv.onnx")
+    f.save(f.scalar_input_graph(), tmp_path / "scalar.onnx")  # Mul and Div only: no dynamic INT8
+    np.savez(
+        tmp_path / "cal.npz", x=np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32)
+    )
+    int8 = {"precisions": ["fp32", "int8"], "calibration": {"data": "cal.npz"}}
+    models = [
+        {"name": "conv", "source": "conv.onnx", **int8},
+        {"name": "scalar", "source": "scalar.onnx", "precisions": ["fp32", "int8_dynamic"]},
+    ]  # fmt: skip
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
+    lines: list[str] = []
+    result = build(
+        BuildOptions(tmp_path / "models.yaml", tmp_path / "repo", target="local", log=lines.append)
+    )
+    assert result.published
+    assert {b.spec.name: [p.value for p in b.passed] for b in result.models} == {
+        "conv": ["fp32", "int8"], "scalar": ["fp32"],
+    }  # fmt: skip
+    assert "[conv] variant int8: opset 12 converted to 13 for per-channel Q/DQ" in lines
+    (dropped,) = [line for line in lines if line.startswith("[scalar] variant int8_dynamic not published: ")]
+    assert "int8_dynamic stage failed: BuildError" in dropped
+    assert str(tmp_path) not in dropped and ".tmp-" not in dropped
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == [
+        "conv",
+        "conv_int8",
+        "scalar",
+    ]
+
+
+def test_failure_lines_cut_cache_paths_to_file_names_and_keep_tensor_names() -> None:
+    exc = RuntimeError(
+        "[ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model from "
+        "/home/u/.tritonforge/cache/m/int8/0a1b.tmp-42/quant.x/int8.onnx failed: "
+        "Unrecognized attribute: axis\n"
+        "second line"
+    )
+    assert failure_line(exc) == (
+        "RuntimeError: [ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model from int8.onnx failed: "
+        "Unrecognized attribute: axis"
+    )
+    assert failure_line(ValueError("tensor /model/conv/Conv_output_0 and 1/2")) == (
+        "ValueError: tensor /model/conv/Conv_output_0 and 1/2"
+    )
