@@ -3,7 +3,6 @@ policy), driven without a server: its admission, deadlines and batch forming."""
 
 from __future__ import annotations
 
-import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -87,17 +86,37 @@ def test_a_lone_request_is_never_refused_for_the_pace(runner: Any) -> None:
     assert bounded.offer([Request()]) == []
 
 
-def test_a_request_past_its_deadline_is_late(runner: Any) -> None:
+class Clock:
+    """The runner module's clock, moved on only by the test: a deadline passes exactly when the
+    test says, whatever the machine's speed or load."""
+
+    def __init__(self) -> None:
+        self.ns = 10**12
+
+    def monotonic_ns(self) -> int:
+        return self.ns
+
+
+@pytest.fixture
+def clock(runner: Any, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    stepped = Clock()
+    monkeypatch.setattr(runner, "time", stepped)
+    return stepped
+
+
+def test_a_request_past_its_deadline_is_late(runner: Any, clock: Clock) -> None:
     bounded = line(runner, max_queue_size=64, timeout_us=2_000)  # plans with 1 ms
-    bounded.offer([Request()])
-    time.sleep(0.01)
+    bounded.offer([Request(), Request()])
+    clock.ns += 1_000_000  # at the planned deadline: not late yet
+    assert bounded.take(1)[0][1] is False
+    clock.ns += 1  # past it
     assert bounded.take(8)[0][1] is True
 
 
-def test_a_smaller_client_timeout_overrides(runner: Any) -> None:
+def test_a_smaller_client_timeout_overrides(runner: Any, clock: Clock) -> None:
     bounded = line(runner, max_queue_size=64, timeout_us=10_000_000)
     bounded.offer([Request(timeout_us=2_000)])
-    time.sleep(0.01)
+    clock.ns += 1_000_001  # past half the client's 2 ms, far inside the model's 10 s
     assert bounded.take(8)[0][1] is True
 
 
