@@ -10,11 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from builder.cli import build, deploy, engines, estimate, perf, serve, tune
+from builder.cli import build, deploy, engines, estimate, init, perf, serve, tune
 from builder.errors import BuildError, UserError
 
 # Each command module has add_parser(subparsers), which sets ``func`` to its run(args).
-COMMANDS = (build, engines, serve, deploy, perf, tune, estimate)
+COMMANDS = (init, build, engines, serve, deploy, perf, tune, estimate)
 
 
 def parser() -> argparse.ArgumentParser:

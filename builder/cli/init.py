@@ -1,0 +1,123 @@
+"""``tritonforge init <model.onnx>``: a spec entry read from the graph, printed or appended to a spec.
+
+The entry states what the build would read from the graph anyway (tensors, batching, a profile for
+the dynamic dims, precisions and their tolerances), through the same code, so it builds as written
+and is there to edit. Nothing is written unless the whole spec, entry included, is valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from builder.errors import SpecError
+from builder.spec import load_spec
+from builder.spec.graph import graph_io, load_graph, sample_shapes, spec_entry
+
+FLOAT_TYPES = {"FP32", "FP16", "FP64"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("init", help="write a spec entry for an ONNX file, read from its graph")
+    p.add_argument("model", type=Path, help="the .onnx file")
+    p.add_argument("--name", help="the model's name (default: the file's name)")
+    p.add_argument("--calibration", help="an .npz of samples: adds the int8 variant, calibrated on it")
+    p.add_argument("--evaluation", help="an .npz of samples the variants are verified on (default: random)")
+    p.add_argument(
+        "--append", type=Path, metavar="SPEC", help="append to this models.yaml instead of printing"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec_file: Path = args.append.resolve() if args.append else Path.cwd() / "models.yaml"
+    entry = make_entry(args, spec_file)
+    text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None, width=100)
+    if args.append is None:
+        _validated(f"models:\n{_indented(text)}", spec_file)
+        sys.stdout.write(f"models:\n{_indented(text)}")
+        return 0
+    _append(spec_file, entry["name"], _indented(text))
+    print(f"{spec_file}: model '{entry['name']}' appended")
+    return 0
+
+
+def make_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
+    """The entry for ``args.model``, its paths relative to the spec's folder."""
+    model: Path = args.model
+    if model.is_dir():
+        raise SpecError("checkpoint folders are not supported yet; give an .onnx file", file=model)
+    if model.suffix != ".onnx" or not model.is_file():
+        raise SpecError("no such .onnx file", file=model)
+    name = args.name or re.sub(r"[^A-Za-z0-9_-]+", "_", model.stem).strip("_") or "model"
+    spec_dir = spec_file.parent
+    entry: dict[str, Any] = {"name": name, "source": _relative(model, spec_dir)}
+    graph = load_graph(entry["source"], spec_dir, spec_file=spec_file, model=name)
+    io = graph_io(graph)
+    floats = any(t.dtype in FLOAT_TYPES for t in io.inputs + io.outputs)
+    precisions = ["fp32", "fp16"] if floats else ["fp32"]
+    if args.calibration:
+        precisions.append("int8")
+        entry["calibration"] = {"data": _relative(Path(args.calibration), spec_dir)}
+    if args.evaluation:
+        entry["evaluation"] = {"data": _relative(Path(args.evaluation), spec_dir)}
+    entry["precisions"] = precisions
+    filled = spec_entry(io, entry, sample_shapes(entry, spec_dir))
+    order = ["name", "source", "max_batch_size", "inputs", "outputs", "profiles", "precisions"]
+    return {key: filled[key] for key in order if key in filled} | filled
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), folder.resolve())).as_posix()
+
+
+def _indented(text: str) -> str:
+    return "".join(f"  {line}" if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _append(spec_file: Path, name: str, entry_text: str) -> None:
+    """Append under the file's ``models:`` section, which must come last so that its comments and
+    layout stay as they are; the result is validated before it replaces the file."""
+    if not spec_file.is_file():
+        _replace(spec_file, _validated(f"models:\n{entry_text}", spec_file))
+        return
+    text = spec_file.read_text(encoding="utf-8")
+    raw = yaml.safe_load(text) or {}
+    models = raw.get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, list):
+        raise SpecError("no 'models:' list to append to", file=spec_file, field="models")
+    if any(isinstance(m, dict) and m.get("name") == name for m in models):
+        raise SpecError(f"a model named '{name}' exists already (choose another with --name)", file=spec_file)
+    top = [line.split(":")[0] for line in text.splitlines() if re.match(r"^[A-Za-z_]\w*\s*:", line)]
+    if not top or top[-1] != "models":
+        raise SpecError("'models:' must be the file's last section to append to it", file=spec_file)
+    joined = text if text.endswith("\n") else text + "\n"
+    _replace(spec_file, _validated(joined + entry_text, spec_file))
+
+
+def _validated(text: str, spec_file: Path) -> str:
+    """``text`` if it loads as a valid spec beside ``spec_file`` (so relative paths resolve)."""
+    folder = spec_file.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False, encoding="utf-8") as f:
+        f.write(text)
+    try:
+        load_spec(f.name)
+    except SpecError as exc:
+        raise SpecError(exc.message, file=spec_file, model=exc.model, field=exc.field) from None
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    return text
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
