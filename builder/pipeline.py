@@ -26,7 +26,7 @@ from builder import repository
 from builder.cache import StageCache, StageResult, file_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
-from builder.errors import SpecError, UserError, VerificationError
+from builder.errors import BuildError, SpecError, UserError, VerificationError
 from builder.llm.build import build_llm, check_llm_paths
 from builder.progress import quiet
 from builder.records import (
@@ -99,16 +99,16 @@ def _check_before_stages(ctx: BuildContext) -> None:
 def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBuild:
     out = ModelBuild(model)
     source_fp = source_fingerprint(model, ctx)
-    export = _run(ctx, model, ExportInputs(
+    export = _run_user(ctx, model, ExportInputs(
         source=model.source, source_fingerprint=source_fp, inputs=model.inputs, outputs=model.outputs,
         max_batch_size=model.max_batch_size, profiles=model.profiles, opset=model.opset,
     ), lambda d: _export(model, ctx, d))  # fmt: skip
-    check = _run(ctx, model, CheckInputs(
+    check = _run_user(ctx, model, CheckInputs(
         exported_sha256=_sha(export), inputs=model.inputs, outputs=model.outputs,
         max_batch_size=model.max_batch_size, simplify=model.simplify, profiles=model.profiles,
         sequence=model.sequence,
     ), lambda d: _check(model, ctx, export.out / "model.onnx", d))  # fmt: skip
-    reference = _run(ctx, model, ReferenceInputs(
+    reference = _run_user(ctx, model, ReferenceInputs(
         exported_sha256=_sha(export), source_fingerprint=source_fp,
         evaluation=data_fingerprint(model.evaluation, ctx.spec_dir) if model.evaluation else "synthetic",
         sequence=model.sequence,
@@ -126,6 +126,34 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
             out.reports[precision] = _dropped(precision, f"verify-{precision.value}", exc)
     _report_failures(out, ctx)
     return out
+
+
+def _run_user(
+    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
+) -> StageResult:
+    return _run(ctx, model, inputs, _from_source(model, ctx, inputs.STAGE, body))
+
+
+def _from_source(
+    model: ModelSpec, ctx: BuildContext, stage: str, body: Callable[[Path], Info]
+) -> Callable[[Path], Info]:
+    """A stage reading the user's model: what ONNX, ONNX Runtime or torch raise on it ends as one line
+    naming the model and the stage (exit status 2), never a traceback."""
+
+    def run(out: Path) -> Info:
+        try:
+            return body(out)
+        except (UserError, BuildError):
+            raise
+        except Exception as exc:
+            raise SpecError(
+                f"{stage} stage failed: {failure_line(exc)}",
+                file=ctx.spec_file,
+                model=model.name,
+                field="source",
+            ) from None
+
+    return run
 
 
 def _dropped(precision: Precision, stage: str, exc: Exception) -> VerificationReport:

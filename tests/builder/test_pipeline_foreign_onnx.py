@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from onnx import TensorProto, helper, numpy_helper
 
+from builder.errors import SpecError
 from builder.pipeline import build, failure_line
 from builder.records import BuildOptions
 from tests.builder.fixtures import foreign_onnx as f
@@ -61,3 +63,19 @@ def test_failure_lines_cut_cache_paths_to_file_names_and_keep_tensor_names() -> 
     assert failure_line(ValueError("tensor /model/conv/Conv_output_0 and 1/2")) == (
         "ValueError: tensor /model/conv/Conv_output_0 and 1/2"
     )
+
+
+def test_a_graph_onnx_runtime_cannot_run_fails_in_one_line_naming_model_and_stage(tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])
+    shape = numpy_helper.from_array(np.array([5], np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "bad", [x], [y], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = f.IR_VERSION
+    f.save(model, tmp_path / "bad.onnx")
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": [{"name": "bad", "source": "bad.onnx"}]}))
+    with pytest.raises(SpecError) as err:
+        build(BuildOptions(tmp_path / "models.yaml", tmp_path / "repo", target="local", log=lambda _: None))
+    line = err.value.one_line()
+    assert line.startswith(f"{tmp_path / 'models.yaml'}: model 'bad': source: reference stage failed: ")
+    assert "\n" not in line and not (tmp_path / "repo").exists()
