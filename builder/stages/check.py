@@ -19,10 +19,20 @@ from builder.spec import ModelSpec, TensorSpec
 log = logging.getLogger(__name__)
 
 
+FREE_INITIALIZERS_IR = 4
+
+
 def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Path:
     """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false``, save ``out``."""
-    _run_checker(onnx_in, model, spec_file=spec_file)
-    graph = onnx.shape_inference.infer_shapes(name_negative_dims(onnx.load(onnx_in)))
+    graph = onnx.load(onnx_in)
+    if graph.ir_version < FREE_INITIALIZERS_IR:
+        # IR 3 wants every initializer listed as a graph input too, which its exporters often did not
+        # do (ONNX Runtime runs them anyway): read such a graph as IR 4, which lets initializers stand alone.
+        graph.ir_version = FREE_INITIALIZERS_IR
+        _run_checker(graph, model, spec_file=spec_file)
+    else:
+        _run_checker(onnx_in, model, spec_file=spec_file)  # the file: over 2 GB as well
+    graph = onnx.shape_inference.infer_shapes(name_negative_dims(graph))
     compare(model, graph, spec_file=spec_file)
     if model.simplify:
         graph = _simplified(model, graph, spec_file=spec_file)

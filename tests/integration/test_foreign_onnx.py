@@ -1,7 +1,7 @@
 """ONNX files written by other exporters, given as nothing but ``name`` and ``source`` (plus data for
 int8), build, serve on the real tritonserver and answer as ONNX Runtime does in process: an opset-11
 conv graph with a ``dim_value: -1`` batch, a rank-0 INT64 input, names with ``/`` and ``.``, a batch
-on axis 1, and a registry package's own ONNX file where one is installed."""
+on axis 1, and onnxruntime's own mul_1.onnx (opset 7, fixed shape) as the package ships it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import onnxruntime.datasets
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -23,6 +24,7 @@ from tests.builder.fixtures import foreign_onnx as f
 pytestmark = pytest.mark.integration
 
 Feed = dict[str, NDArray[np.generic]]
+MUL_1 = str(onnxruntime.datasets.get_example("mul_1.onnx"))
 
 
 def _project(tmp_path: Path) -> Path:
@@ -38,6 +40,7 @@ def _project(tmp_path: Path) -> Path:
         {"name": "scalar", "source": "scalar.onnx"},
         {"name": "names", "source": "names.onnx"},
         {"name": "cell", "source": "cell.onnx"},
+        {"name": "mul_1", "source": MUL_1, "precisions": ["fp32", "fp16"]},
     ]  # fmt: skip
     (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}, sort_keys=False))
     return tmp_path
@@ -78,6 +81,7 @@ def test_foreign_graphs_build_from_name_and_source_and_serve_as_onnx_runtime_ans
     result = build(BuildOptions(project / "models.yaml", repo, target="local", log=lines.append))
     assert {b.spec.name: [p.value for p in b.passed] for b in result.models} == {
         "conv11": ["fp32", "int8"], "scalar": ["fp32"], "names": ["fp32"], "cell": ["fp32"],
+        "mul_1": ["fp32", "fp16"],
     }  # fmt: skip
     assert any("[conv11] variant int8: opset 11 converted to 13" in line for line in lines)
     rng = np.random.default_rng(1)
@@ -92,6 +96,7 @@ def test_foreign_graphs_build_from_name_and_source_and_serve_as_onnx_runtime_ans
             {"x": x_sig[:, :4].copy(), "state": rng.standard_normal((2, 3, 4)).astype(np.float32)},
             ["stateN"],
         ),
+        "mul_1": (Path(MUL_1), {"X": x_sig[:3, :2].copy()}, ["Y"]),
     }
     with TritonServer(repo) as server:
         for model, (path, feed, outputs) in feeds.items():
