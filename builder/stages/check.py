@@ -24,21 +24,32 @@ FREE_INITIALIZERS_IR = 4
 
 def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Path:
     """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false``, save ``out``."""
-    graph = onnx.load(onnx_in)
-    if graph.ir_version < FREE_INITIALIZERS_IR:
-        # IR 3 wants every initializer listed as a graph input too, which its exporters often did not
-        # do (ONNX Runtime runs them anyway): read such a graph as IR 4, which lets initializers stand alone.
-        graph.ir_version = FREE_INITIALIZERS_IR
-        _run_checker(graph, model, spec_file=spec_file)
-    else:
-        _run_checker(onnx_in, model, spec_file=spec_file)  # the file: over 2 GB as well
-    graph = onnx.shape_inference.infer_shapes(name_negative_dims(graph))
+    graph = onnx.shape_inference.infer_shapes(name_negative_dims(_checked_graph(onnx_in, model, spec_file)))
     compare(model, graph, spec_file=spec_file)
     if model.simplify:
         graph = _simplified(model, graph, spec_file=spec_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(graph, out)
     return out
+
+
+def _checked_graph(onnx_in: Path, model: ModelSpec, spec_file: Path) -> onnx.ModelProto:
+    """The graph, once the ONNX checker passes it. IR 3 wants every initializer listed as a graph
+    input too, which its exporters often did not do (ONNX Runtime runs such files anyway): such a
+    graph is read as IR 4, which lets initializers stand alone."""
+    try:
+        _run_checker(onnx_in, model, spec_file=spec_file)  # the file, so that over 2 GB works too
+        return onnx.load(onnx_in)
+    except SpecError:
+        try:
+            graph = onnx.load(onnx_in)
+        except Exception:  # protobuf's DecodeError: not an ONNX file; the checker's line says so
+            graph = None
+        if graph is None or graph.ir_version >= FREE_INITIALIZERS_IR:
+            raise
+    graph.ir_version = FREE_INITIALIZERS_IR
+    _run_checker(graph, model, spec_file=spec_file)
+    return graph
 
 
 def compare(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:

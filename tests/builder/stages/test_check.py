@@ -196,3 +196,19 @@ def test_simplification_folds_constants_and_keeps_dynamic_axes(tmp_path: Path) -
 def test_simplify_false_keeps_the_graph(tmp_path: Path) -> None:
     out = _check(_spec(simplify=False), _foldable(), tmp_path)
     assert [n.op_type for n in out.graph.node] == ["Mul", "Add"]
+
+
+def test_an_ir_3_graph_with_initializers_not_listed_as_inputs_is_read_as_ir_4(tmp_path: Path) -> None:
+    """onnxruntime's own mul_1.onnx: IR 3, its weight W an initializer only, which ONNX Runtime runs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
+    w = numpy_helper.from_array(np.full((3, 4), 2.0, np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "mul", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+    model.ir_version = 3
+    onnx.save(model, tmp_path / "in.onnx")
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(str(tmp_path / "in.onnx"))
+    out = check(_spec(max_batch_size=0), tmp_path / "in.onnx", tmp_path / "out.onnx", spec_file=SPEC_FILE)
+    assert onnx.load(out).ir_version == 4
+    onnx.checker.check_model(str(out))
