@@ -3,6 +3,7 @@ in one line while the rest is published; int8 below opset 13 converts the opset 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,12 @@ def test_a_variant_that_cannot_be_made_is_dropped_and_the_rest_published(tmp_pat
         "conv": ["fp32", "int8"], "scalar": ["fp32"],
     }  # fmt: skip
     assert "[conv] variant int8: opset 12 converted to 13 for per-channel Q/DQ" in lines
+    manifest = json.loads((tmp_path / "repo" / "manifest.json").read_text())
+    assert (
+        manifest["models"]["conv"]["stages"]["int8"]["note"]
+        == "opset 12 converted to 13 for per-channel Q/DQ"
+    )
+    assert "note" not in manifest["models"]["conv"]["stages"]["check"]
     (dropped,) = [line for line in lines if line.startswith("[scalar] variant int8_dynamic not published: ")]
     assert "int8_dynamic stage failed: BuildError" in dropped
     assert str(tmp_path) not in dropped and ".tmp-" not in dropped
