@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import BuildError, SpecError
@@ -306,3 +307,45 @@ def test_a_smoothed_source_gets_the_table_of_the_unsmoothed_graph(tmp_path: Path
     scales = table(result.calibration_table)
     assert set(scales) == activations(fp32)
     assert scales["input"] == pytest.approx(float(np.abs(data["input"]).max()) / 127, rel=1e-5)
+
+
+def test_below_opset_13_the_graph_is_converted_for_per_channel_or_else_quantized_per_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnx import version_converter
+
+    from builder.spec import load_spec
+    from builder.stages.check import graph_opset
+    from tests.builder.fixtures import foreign_onnx
+
+    fp32 = foreign_onnx.save(foreign_onnx.conv_graph(12), tmp_path / "conv.onnx")
+    np.savez(tmp_path / "cal.npz", x=RNG.standard_normal((8, 3, 16, 16)).astype(np.float32))
+    entry = {
+        "name": "conv",
+        "source": "conv.onnx",
+        "precisions": ["fp32", "int8"],
+        "calibration": {"data": "cal.npz"},
+    }
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}))
+    model = load_spec(tmp_path / "models.yaml").models[0]
+    data = {"x": np.load(tmp_path / "cal.npz")["x"]}
+
+    def weight_scale_sizes(path: Path) -> list[int]:
+        dq = [n for n in onnx.load(str(path)).graph.node if n.op_type == "DequantizeLinear"]
+        return [initializer(path, n.input[1]).size for n in dq if n.input[0].startswith("conv1.w_0")]
+
+    converted = quantize_int8(model, fp32, data, tmp_path / "converted")
+    assert converted.note == "opset 12 converted to 13 for per-channel Q/DQ"
+    assert graph_opset(converted.onnx) == 13 and weight_scale_sizes(converted.onnx) == [8]
+    ort.InferenceSession(str(converted.onnx), providers=["CPUExecutionProvider"])
+
+    def no_adapter(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+        raise RuntimeError("No Adapter For Conv")
+
+    monkeypatch.setattr(version_converter, "convert_version", no_adapter)
+    per_tensor = quantize_int8(model, fp32, data, tmp_path / "per_tensor")
+    assert (
+        per_tensor.note == "opset 12 could not be converted to 13 (No Adapter For Conv): quantized per tensor"
+    )
+    assert graph_opset(per_tensor.onnx) == 12 and weight_scale_sizes(per_tensor.onnx) == [1]
+    ort.InferenceSession(str(per_tensor.onnx), providers=["CPUExecutionProvider"])
