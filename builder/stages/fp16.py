@@ -33,7 +33,7 @@ def convert_fp16(fp32_onnx: Path, out: Path) -> Path:
     with warnings.catch_warnings():
         # One warning per weight below FP16's range; the variant is verified against the source anyway.
         warnings.simplefilter("ignore", UserWarning)
-        half = float16.convert_float_to_float16(model, keep_io_types=True)
+        half = _casts_match_their_outputs(float16.convert_float_to_float16(model, keep_io_types=True))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     onnx.save(half, str(tmp))
@@ -44,6 +44,20 @@ def convert_fp16(fp32_onnx: Path, out: Path) -> Path:
         raise
     os.replace(tmp, out)
     return out
+
+
+def _casts_match_their_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The converter types a ``Cast(to=FLOAT)``'s output FLOAT16 (a Cast of an integer input, say)
+    but leaves ``to`` as it was, which ONNX Runtime refuses: such a Cast is made to cast to FLOAT16."""
+    half = {
+        v.name for v in model.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    }
+    for node in model.graph.node:
+        if node.op_type == "Cast" and node.output[0] in half:
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i == onnx.TensorProto.FLOAT:
+                    attr.i = onnx.TensorProto.FLOAT16
+    return model
 
 
 def _check_runs(path: Path, fp32_onnx: Path) -> None:

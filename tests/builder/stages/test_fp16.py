@@ -87,3 +87,17 @@ def test_unloadable_result_is_a_build_error(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="cannot load"):
         convert_fp16(fp32, tmp_path / "fp16.onnx")
     assert not list(tmp_path.glob("fp16.onnx*"))
+
+
+def test_a_cast_of_an_integer_input_to_float_is_converted_with_its_output(tmp_path: Path) -> None:
+    """The converter types Cast(to=FLOAT)'s output FLOAT16 and left ``to`` alone, which ORT refused."""
+    from tests.builder.fixtures.foreign_onnx import save, scalar_input_graph
+
+    fp32 = save(scalar_input_graph(), tmp_path / "fp32.onnx")
+    half = convert_fp16(fp32, tmp_path / "fp16.onnx")
+    feed = {"x": np.linspace(-2, 2, 32, dtype=np.float32).reshape(2, 16), "sr": np.array(8000, np.int64)}
+    want, got = (
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        for p in (fp32, half)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
