@@ -272,12 +272,14 @@ def test_cancelled_requests_free_their_capacity(server: TritonServer, protocol: 
 
 
 def test_overload_every_request_completes_or_is_refused_fast(server: TritonServer) -> None:
+    """Refused at arrival, not after waiting: every refusal ends before the first admitted request
+    has finished, that is before any capacity was freed (32 decoding steps), on any CPU's pace."""
     offered = 10 * BOUND
 
     async def one(gen: AsyncGenerator) -> tuple[str, float]:
         start = time.monotonic()
         try:
-            await gen.generate("Hello there", max_tokens=16, ignore_eos=True)
+            await gen.generate("Hello there", max_tokens=32, ignore_eos=True)
             return "completed", time.monotonic() - start
         except RequestRejected:
             return "refused", time.monotonic() - start
@@ -293,6 +295,7 @@ def test_overload_every_request_completes_or_is_refused_fast(server: TritonServe
     wall = time.monotonic() - start
     kinds = Counter(kind for kind, _ in outcomes)
     refusals = sorted(t for kind, t in outcomes if kind == "refused")
+    completions = sorted(t for kind, t in outcomes if kind == "completed")
     record = {
         "model": MODEL,
         "max_num_seqs": MAX_NUM_SEQS,
@@ -304,12 +307,13 @@ def test_overload_every_request_completes_or_is_refused_fast(server: TritonServe
         "lost": offered - sum(kinds.values()),
         "refusal_latency_ms_p50": round(1000 * refusals[len(refusals) // 2], 1) if refusals else None,
         "refusal_latency_ms_max": round(1000 * refusals[-1], 1) if refusals else None,
+        "first_completion_ms": round(1000 * completions[0], 1) if completions else None,
         "wall_s": round(wall, 2),
         "server_ready_after": server.is_ready(),
     }
     assert record["lost"] == 0 and record["errors"] == 0, record
     assert kinds["completed"] >= BOUND and kinds["refused"] >= offered // 2, record
-    assert refusals[-1] < 1.0, record
+    assert refusals[-1] < completions[0], record
     assert server.is_ready()
     _metric(server, "tritonforge:requests_refused_total")
 
