@@ -294,6 +294,21 @@ def render_runner_overhead(results: Sequence[Result], results_dir: Path) -> str:
 Renderer = Callable[[Sequence[Result], Path], str]
 
 
+def render_openai(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.openai_endpoint: the same chat through the OpenAI endpoint and the gRPC stream."""
+    (r,) = results
+    one, many, engine = r.get("sequential"), r.get("concurrent"), r.get("engine")
+    text = (
+        f"{engine['new_tokens']} new tokens, {engine['dtype']}: one stream at a time "
+        f"({one['grpc']['requests']} each, alternated), time to first token p50 "
+        f"{one['grpc']['ttft_ms_p50']:.1f} ms over gRPC and {one['openai']['ttft_ms_p50']:.1f} ms through "
+        f"the OpenAI endpoint, whole answer p50 {one['grpc']['total_ms_p50']:.0f} / "
+        f"{one['openai']['total_ms_p50']:.0f} ms; {many['grpc']['requests']} streams at once "
+        f"{many['grpc']['output_tokens_per_s']:g} / {many['openai']['output_tokens_per_s']:g} tokens/s."
+    )
+    return _lines(r.machine().header(r.source), "", text)
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -310,6 +325,7 @@ KINDS: dict[str, Kind] = {
     "client_overhead": Kind(render_client_overhead, ("client_overhead",)),
     "tune": Kind(render_tune, ("tune_resnet18/tune",)),
     "runner_overhead": Kind(render_runner_overhead, ("runner_overhead",)),
+    "openai": Kind(render_openai, ("openai",)),
 }
 
 
