@@ -127,6 +127,7 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
+        exit_timeout_s: int = 30,
     ) -> None:
         if model_control not in ("none", "explicit", "poll"):
             raise ValueError(f"model_control '{model_control}': choose none, explicit or poll")
@@ -137,6 +138,8 @@ class TritonServer:
         self.load_models = list(load_models or [])
         self.extra_args = list(extra_args)
         self.env = dict(env or {})  # added to the server's environment (e.g. OMP / vLLM settings)
+        # How long Triton waits on SIGTERM for in-flight requests (live sequences count) to finish.
+        self.exit_timeout_s = exit_timeout_s
         self._log_given = log_path
         self.log_path: Path | None = log_path
         self._restarted = False
@@ -175,6 +178,7 @@ class TritonServer:
             f"--metrics-port={self.metrics_port}",
             f"--model-control-mode={self.model_control}",
             "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
         ]
         cmd += [f"--load-model={m}" for m in self.load_models]
         return cmd + self.extra_args, {**env, **self.env}
@@ -247,8 +251,10 @@ class TritonServer:
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, timeout: float = 30) -> None:
-        """SIGTERM (Triton unloads models and exits), then SIGKILL after ``timeout``."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM (Triton unloads models and exits), then SIGKILL after ``timeout`` (default: the
+        server's own exit timeout and a few seconds to unload)."""
+        timeout = self.exit_timeout_s + 5 if timeout is None else timeout
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return

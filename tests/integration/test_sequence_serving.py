@@ -31,7 +31,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
     spec = write_project(root / "project")
     repo = root / "repository"
     build(BuildOptions(spec, repo, target="local", cache_dir=root / "cache", log=lambda _: None))
-    with TritonServer(repo, log_path=root / "server.log") as server:
+    # Sequences the tests leave open count as in flight until they idle out: no need to wait.
+    with TritonServer(repo, log_path=root / "server.log", exit_timeout_s=2) as server:
         yield server, root / "project"
 
 
