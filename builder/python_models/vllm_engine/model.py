@@ -204,6 +204,28 @@ def check_length(
     return max_tokens
 
 
+def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:
+    """vLLM's SamplingParams from a request's fields; BadRequest naming the field vLLM refuses."""
+    from vllm.exceptions import VLLMClientError
+    from vllm.sampling_params import SamplingParams
+
+    try:
+        return SamplingParams(**fields, **owned)
+    except (TypeError, ValueError, VLLMClientError) as exc:
+        raise BadRequest(refusal(exc) or f"sampling_parameters: {exc}".splitlines()[0]) from None
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The INVALID_ARG message for vLLM's request-validation errors (VLLMClientError), else None."""
+    from vllm.exceptions import VLLMClientError
+
+    if not isinstance(exc, VLLMClientError):
+        return None
+    message = (str(exc.args[0]) if exc.args else type(exc).__name__).splitlines()[0]
+    parameter = getattr(exc, "parameter", None)
+    return f"sampling_parameters{'.' + parameter if parameter else ''}: {message}"
+
+
 def engine_args(version_dir: Path) -> dict[str, Any]:
     """model.json, with a relative ``model`` (or ``tokenizer``) resolved against the version folder."""
     path = version_dir / ENGINE_ARGS_FILE
@@ -520,7 +542,7 @@ class TritonPythonModel:
         return f"{REFUSED}: {where}{lane.bound} requests running or waiting (max_num_seqs + max_waiting)"
 
     def _job(self, request: Any, sender: Any) -> Job:
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         def get(name: str) -> np.ndarray[Any, Any] | None:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -535,10 +557,7 @@ class TritonPythonModel:
         field = "text_input" if parsed.messages is None else "messages"
         max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len, field)
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
-        try:
-            params = SamplingParams(**dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(f"sampling_parameters: {exc}".splitlines()[0]) from None
+        params = sampling_params(dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
         lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
         return Job(sender, parsed, text, ids, params, lane, frozenset(request.requested_output_names()))
 
@@ -558,8 +577,12 @@ class TritonPythonModel:
         except asyncio.CancelledError:  # the watcher saw is_cancelled(); vLLM aborted the request
             self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
         except Exception as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._post(job, error(f"generation failed: {message}", pb_utils.TritonError.INTERNAL), final)
+            refused = refusal(exc)  # the engine's own request checks (for example logprobs' limit)
+            if refused is not None:
+                self._post(job, error(refused), final)
+            else:
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._post(job, error(f"generation failed: {message}", pb_utils.TritonError.INTERNAL), final)
         finally:
             if not job.done:  # the engine ended the stream without a finished output
                 self._post(job, error("generation ended early", pb_utils.TritonError.INTERNAL), final)

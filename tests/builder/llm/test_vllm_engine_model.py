@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from tests.builder.llm.needs import NEEDS_VLLM
 
 KNOWN = {"max_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "seed", "n", "output_kind"}
 
@@ -139,3 +140,27 @@ def test_lanes_route_by_prompt_plus_max_tokens() -> None:
 def test_bad_lanes_parameter(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         m.parse_lanes(text)
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize(
+    ("sampling", "message"),
+    [
+        ({"top_p": 0.0}, r"^sampling_parameters\.top_p: top_p must be in \(0, 1\], got 0"),
+        ({"temperature": 3.0}, r"^sampling_parameters\.temperature: temperature must be in \[0, 2\], got 3"),
+        ({"stop": [""]}, r"^sampling_parameters: stop cannot contain an empty string"),
+        ({"top_k": -5}, r"^sampling_parameters: top_k must be 0 \(disable\), or at least 1"),
+    ],
+)
+def test_what_vllm_refuses_is_a_bad_request_naming_the_field(sampling: dict[str, Any], message: str) -> None:
+    with pytest.raises(m.BadRequest, match=message):
+        m.sampling_params(dict(sampling, max_tokens=4))
+
+
+@NEEDS_VLLM
+def test_vllm_client_errors_raised_later_become_bad_requests() -> None:
+    from vllm.exceptions import VLLMValidationError
+
+    refused = VLLMValidationError("logprobs 30 is above the limit 20", parameter="logprobs", value=30)
+    assert m.refusal(refused) == "sampling_parameters.logprobs: logprobs 30 is above the limit 20"
+    assert m.refusal(RuntimeError("engine core died")) is None
