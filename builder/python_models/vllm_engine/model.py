@@ -47,6 +47,18 @@ BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
 INTS = {"n", "max_tokens", "min_tokens", "top_k", "seed", "logprobs", "prompt_logprobs"}
 FLOATS = {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
 OWNED = {"output_kind", "detokenize"}  # set by this model, never by a request
+# The sampling parameters a request may set: vLLM's documented, user-settable SamplingParams
+# fields. Not its private or engine-internal ones (_all_stop_token_ids, output_text_buffer_length,
+# skip_clone...), nor the debugging/RL ones, nor OWNED.
+SAMPLING_FIELDS = frozenset(
+    {
+        *("n", "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "seed"),
+        *("presence_penalty", "frequency_penalty", "repetition_penalty"),
+        *("stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "bad_words"),
+        *("logprobs", "prompt_logprobs", "skip_special_tokens", "spaces_between_special_tokens"),
+        *("logit_bias", "allowed_token_ids", "structured_outputs"),
+    }
+)
 DEFAULT_MAX_TOKENS = 16  # vLLM's own default
 WATCH_PERIOD = 0.05  # seconds between cancellation checks
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
@@ -138,6 +150,11 @@ def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
     if params.get("n", 1) != 1:
         raise BadRequest(f"sampling_parameters.n: only 1 is supported, got {params['n']}")
     return params
+
+
+def sampling_keys(struct_fields: Any) -> frozenset[str]:
+    """The allowed sampling keys that the installed vLLM's SamplingParams has."""
+    return SAMPLING_FIELDS & frozenset(struct_fields)
 
 
 def parse_priority(value: Any) -> int:
@@ -430,7 +447,7 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
         self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
-        self.known = set(SamplingParams.__struct_fields__)
+        self.known = set(sampling_keys(SamplingParams.__struct_fields__))
         self.families = metric_families()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         waiting = config_parameter(config, "max_waiting_requests", "")

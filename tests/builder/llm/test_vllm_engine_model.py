@@ -164,3 +164,24 @@ def test_vllm_client_errors_raised_later_become_bad_requests() -> None:
     refused = VLLMValidationError("logprobs 30 is above the limit 20", parameter="logprobs", value=30)
     assert m.refusal(refused) == "sampling_parameters.logprobs: logprobs 30 is above the limit 20"
     assert m.refusal(RuntimeError("engine core died")) is None
+
+
+PRIVATE = ["_all_stop_token_ids", "output_text_buffer_length", "skip_clone", "detokenize"]
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize("key", PRIVATE)
+def test_only_public_sampling_fields_are_accepted(key: str) -> None:
+    from vllm.sampling_params import SamplingParams
+
+    known = m.sampling_keys(SamplingParams.__struct_fields__)
+    assert {"temperature", "top_p", "max_tokens", "stop", "seed", "structured_outputs"} <= known
+    with pytest.raises(m.BadRequest, match=rf"unknown key\(s\) {key} "):
+        m.parse_request(getter(text_input="x", sampling_parameters=json.dumps({key: 1})), "", known)
+
+
+@NEEDS_VLLM
+def test_the_allowed_sampling_fields_all_exist_in_vllm() -> None:
+    from vllm.sampling_params import SamplingParams
+
+    assert not m.SAMPLING_FIELDS - set(SamplingParams.__struct_fields__)
