@@ -205,20 +205,15 @@ def _prompt(
 def check_length(
     n_prompt: int, sampling: dict[str, Any], max_model_len: int, field: str = "text_input"
 ) -> int:
-    """max_tokens to use; BadRequest when the prompt or prompt + max_tokens exceeds max_model_len."""
+    """max_tokens to use: the request's (or the default) capped at the room the context leaves, so a
+    request asking beyond it runs to the context's end and stops with ``length`` (as vLLM and
+    Triton's vLLM backend do); BadRequest when the prompt alone fills max_model_len."""
     if n_prompt >= max_model_len:
         raise BadRequest(
             f"{field} is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
             "(prompt and output together)"
         )
-    room = max_model_len - n_prompt
-    max_tokens = int(sampling.get("max_tokens", min(DEFAULT_MAX_TOKENS, room)))
-    if max_tokens > room:
-        raise BadRequest(
-            f"sampling_parameters.max_tokens {max_tokens} is above the limit {room} "
-            f"(max_model_len {max_model_len} - {n_prompt} prompt tokens)"
-        )
-    return max_tokens
+    return min(int(sampling.get("max_tokens", DEFAULT_MAX_TOKENS)), max_model_len - n_prompt)
 
 
 def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:

@@ -98,8 +98,18 @@ def test_length_limits_name_the_limit_and_the_count() -> None:
     assert m.check_length(10, {"max_tokens": 502}, 512) == 502
     with pytest.raises(m.BadRequest, match="text_input is 600 tokens, the model's max_model_len is 512"):
         m.check_length(600, {}, 512)
-    with pytest.raises(m.BadRequest, match=r"max_tokens 503 is above the limit 502 \(max_model_len 512 - 10"):
-        m.check_length(10, {"max_tokens": 503}, 512)
+    # Beyond the context: runs to its end and stops with "length", as vLLM and Triton's backend do.
+    assert m.check_length(10, {"max_tokens": 503}, 512) == 502
+    assert m.check_length(500, {"max_tokens": 64}, 512) == 12
+    with pytest.raises(m.BadRequest, match="text_input is 512 tokens"):
+        m.check_length(512, {}, 512)
+
+
+def test_a_null_max_tokens_means_the_default() -> None:
+    get = getter(text_input="x", sampling_parameters='{"max_tokens": null, "temperature": null}')
+    parsed = m.parse_request(get, "", KNOWN)
+    assert parsed.sampling == {}
+    assert m.check_length(10, parsed.sampling, 512) == m.DEFAULT_MAX_TOKENS
 
 
 def test_engine_args_resolve_a_relative_checkpoint(tmp_path: Path) -> None:
