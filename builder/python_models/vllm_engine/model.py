@@ -13,6 +13,8 @@ loop never waits on the server; a watcher thread turns ``is_cancelled()`` into a
 A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
 Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
 ``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
+The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
+request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
 """
 
@@ -157,6 +159,15 @@ def sampling_keys(struct_fields: Any) -> frozenset[str]:
     return SAMPLING_FIELDS & frozenset(struct_fields)
 
 
+def parse_defaults(text: str, known: set[str]) -> dict[str, Any]:
+    """The ``sampling_defaults`` parameter: values for requests that leave them out (models.yaml's
+    ``sampling:``); ValueError naming the parameter if bad."""
+    try:
+        return parse_sampling(text, known)
+    except BadRequest as exc:
+        raise ValueError(f"parameter sampling_defaults: {exc}") from None
+
+
 def parse_priority(value: Any) -> int:
     try:
         if isinstance(value, bool) or float(value) != int(value):
@@ -167,9 +178,13 @@ def parse_priority(value: Any) -> int:
 
 
 def parse_request(
-    get: Callable[[str], np.ndarray[Any, Any] | None], parameters: str, known: set[str]
+    get: Callable[[str], np.ndarray[Any, Any] | None],
+    parameters: str,
+    known: set[str],
+    defaults: dict[str, Any] | None = None,
 ) -> Parsed:
-    """Check a request's inputs (``get(name)`` is the input's array or None) and parameters."""
+    """Check a request's inputs (``get(name)`` is the input's array or None) and parameters;
+    ``defaults`` fill the sampling values it leaves out (a null value counts as left out)."""
     params = json.loads(parameters or "{}")
     raw_priority = first(get("priority"))
     priority = parse_priority(params.pop("priority", 0) if raw_priority is None else raw_priority)
@@ -184,7 +199,8 @@ def parse_request(
         raise BadRequest("exclude_input_in_output must be true when stream is true")
     prompt, messages = _prompt(get)
     returns = {name for name in RETURNS if flags.get(name)}
-    return Parsed(prompt, messages, stream, exclude, returns, parse_sampling(sampling_json, known), priority)
+    sampling = {**(defaults or {}), **parse_sampling(sampling_json, known)}
+    return Parsed(prompt, messages, stream, exclude, returns, sampling, priority)
 
 
 def _prompt(
@@ -443,6 +459,7 @@ class TritonPythonModel:
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
         self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
         self.known = set(sampling_keys(SamplingParams.__struct_fields__))
+        self.defaults = parse_defaults(config_parameter(config, "sampling_defaults", ""), self.known)
         self.families = metric_families()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         waiting = config_parameter(config, "max_waiting_requests", "")
@@ -561,7 +578,7 @@ class TritonPythonModel:
             return None if tensor is None else tensor.as_numpy()
 
         try:
-            parsed = parse_request(get, request.parameters(), self.known)
+            parsed = parse_request(get, request.parameters(), self.known, self.defaults)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
         text = self._render(parsed)
