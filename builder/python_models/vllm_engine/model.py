@@ -49,6 +49,11 @@ BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
 INTS = {"n", "max_tokens", "min_tokens", "top_k", "seed", "logprobs", "prompt_logprobs"}
 FLOATS = {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
 OWNED = {"output_kind", "detokenize"}  # set by this model, never by a request
+# The keys of StructuredOutputsParams a request may set (one constraint, then its options).
+STRUCTURED_FIELDS = (
+    *("json", "regex", "choice", "grammar", "json_object", "structural_tag"),
+    *("disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"),
+)
 # The sampling parameters a request may set: vLLM's documented, user-settable SamplingParams
 # fields. Not its private or engine-internal ones (_all_stop_token_ids, output_text_buffer_length,
 # skip_clone...), nor the debugging/RL ones, nor OWNED.
@@ -237,10 +242,35 @@ def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:
     from vllm.exceptions import VLLMClientError
     from vllm.sampling_params import SamplingParams
 
+    if fields.get("structured_outputs") is not None:
+        fields = dict(fields, structured_outputs=structured_outputs(fields["structured_outputs"]))
     try:
         return SamplingParams(**fields, **owned)
     except (TypeError, ValueError, VLLMClientError) as exc:
         raise BadRequest(refusal(exc) or f"sampling_parameters: {exc}".splitlines()[0]) from None
+
+
+def structured_outputs(value: Any) -> Any:
+    """vLLM's StructuredOutputsParams from a JSON object (or JSON text, as Triton's vLLM backend
+    takes it); BadRequest for bad JSON, unknown keys, or a constraint vLLM refuses."""
+    from vllm.exceptions import VLLMClientError
+    from vllm.sampling_params import StructuredOutputsParams
+
+    name = "sampling_parameters.structured_outputs"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"{name} is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{name} must be a JSON object, got {type(value).__name__}")
+    unknown = sorted(k for k in value if k not in STRUCTURED_FIELDS)
+    if unknown:
+        raise BadRequest(f"{name}: unknown key(s) {', '.join(unknown)} (want {', '.join(STRUCTURED_FIELDS)})")
+    try:
+        return StructuredOutputsParams(**value)
+    except (TypeError, ValueError, VLLMClientError) as exc:
+        raise BadRequest(f"{name}: {exc.args[0] if exc.args else exc}".splitlines()[0]) from None
 
 
 def refusal(exc: BaseException) -> str | None:

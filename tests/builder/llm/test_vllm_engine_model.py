@@ -192,6 +192,36 @@ def test_only_public_sampling_fields_are_accepted(key: str) -> None:
 
 @NEEDS_VLLM
 def test_the_allowed_sampling_fields_all_exist_in_vllm() -> None:
-    from vllm.sampling_params import SamplingParams
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
     assert not m.SAMPLING_FIELDS - set(SamplingParams.__struct_fields__)
+    assert not set(m.STRUCTURED_FIELDS) - set(StructuredOutputsParams.__dataclass_fields__)
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize("as_sent", [{"choice": ["yes", "no"]}, '{"choice": ["yes", "no"]}'])
+def test_structured_outputs_become_vllms_params(as_sent: Any) -> None:
+    from vllm.sampling_params import StructuredOutputsParams
+
+    text = json.dumps({"structured_outputs": as_sent, "max_tokens": 4})  # an object, or JSON in a string
+    parsed = m.parse_request(
+        getter(text_input="x", sampling_parameters=text), "", {"structured_outputs"} | KNOWN
+    )
+    params = m.sampling_params(parsed.sampling)
+    assert isinstance(params.structured_outputs, StructuredOutputsParams)
+    assert params.structured_outputs.choice == ["yes", "no"]
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"choice": ["a"], "regex": "a+"}, "structured_outputs: You can only use one kind of structured"),
+        ({"_backend": "xgrammar"}, r"structured_outputs: unknown key\(s\) _backend"),
+        ([1], "structured_outputs must be a JSON object"),
+        ("{", "structured_outputs is not valid JSON"),
+    ],
+)
+def test_bad_structured_outputs_name_the_field(value: Any, message: str) -> None:
+    with pytest.raises(m.BadRequest, match=rf"^sampling_parameters\.{message}"):
+        m.sampling_params({"structured_outputs": value, "max_tokens": 4})
