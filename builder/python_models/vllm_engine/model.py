@@ -9,7 +9,8 @@ interface: ``messages`` (a JSON list of chat messages rendered with the tokenize
 and ``priority`` (an input or a request parameter; lower runs first, vLLM's convention).
 
 The engine runs on its own event loop thread; responses go out through one sender thread so the
-loop never waits on the server; a watcher thread turns ``is_cancelled()`` into an engine abort.
+loop never waits on the server. That thread alone asks ``is_cancelled()``, and only of requests
+whose final response it has not sent (python_backend frees a sender with its final response).
 A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
 Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
 ``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
@@ -67,7 +68,7 @@ SAMPLING_FIELDS = frozenset(
     }
 )
 DEFAULT_MAX_TOKENS = 16  # vLLM's own default
-WATCH_PERIOD = 0.05  # seconds between cancellation checks
+WATCH_PERIOD = 0.05  # seconds between cancellation checks (on the sending thread)
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 TPOT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5]
 
@@ -349,7 +350,7 @@ class Job:
     # stub drops the others inside send() without the GIL, which is unsafe off its own thread.
     wanted: frozenset[str]
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    task: Any = None
+    task: Any = None  # the asyncio task generating it, set on the event loop
     done: bool = False
 
 
@@ -498,15 +499,12 @@ class TritonPythonModel:
         ]
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
+        # (job, response, flags); a response of None tells the sending thread to watch the job.
         self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
-        self.stopping = threading.Event()
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
-        self.threads = [
-            threading.Thread(target=self._send_loop, name="vllm-send", daemon=True),
-            threading.Thread(target=self._watch_loop, name="vllm-watch", daemon=True),
-        ]
+        self.threads = [threading.Thread(target=self._send_loop, name="vllm-send", daemon=True)]
         for thread in self.threads:
             thread.start()
 
@@ -579,7 +577,7 @@ class TritonPythonModel:
                 sender.send(error(f"request failed: {exc}", pb_utils.TritonError.INTERNAL), flags=final)
                 continue
             if self._admit(job):
-                job.task = asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
+                asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
             else:
                 job.lane.metrics.count_refusal()
                 sender.send(
@@ -628,12 +626,14 @@ class TritonPythonModel:
 
     async def _generate(self, job: Job) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        job.task = asyncio.current_task()
+        self.outbox.put((job, None, 0))  # watched for cancellation from now on, before any response
         try:
             prompt = {"prompt_token_ids": job.token_ids}
             stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
             async for out in stream:
                 self._emit(job, out)
-        except asyncio.CancelledError:  # the watcher saw is_cancelled(); vLLM aborted the request
+        except asyncio.CancelledError:  # the sending thread saw is_cancelled()
             self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
         except Exception as exc:
             refused = refusal(exc)  # the engine's own request checks (for example logprobs' limit)
@@ -668,28 +668,48 @@ class TritonPythonModel:
     # -- threads --
 
     def _send_loop(self) -> None:
-        while (item := self.outbox.get()) is not None:
-            job, reply, flags = item
+        """Send every response; every WATCH_PERIOD, ask the requests not finished yet whether they
+        were cancelled. Only this thread uses a sender once execute() returned, and never after
+        sending its final response, so none is used after python_backend has freed it."""
+        watched: dict[str, Job] = {}  # admitted, final response not sent yet: this thread's own
+        next_check = time.monotonic() + WATCH_PERIOD
+        while True:
             try:
-                job.sender.send(reply, flags=flags)
-            except Exception as exc:  # the client went away; nothing to answer
-                pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+                item = self.outbox.get(timeout=max(0.0, next_check - time.monotonic()))
+            except queue.Empty:
+                pass
+            else:
+                if item is None:  # finalize()
+                    return
+                self._handle(item, watched)
+            if time.monotonic() >= next_check:
+                self._check_cancelled(watched)
+                next_check = time.monotonic() + WATCH_PERIOD
 
-    def _watch_loop(self) -> None:
-        while not self.stopping.wait(WATCH_PERIOD):
-            with self.lock:
-                jobs = list(self.jobs.values())
-            for job in jobs:
-                if job.task is not None and not job.done and job.sender.is_cancelled():
-                    job.task.cancel()  # cancels the asyncio task: vLLM aborts the request
+    def _handle(self, item: tuple[Job, Any, int], watched: dict[str, Job]) -> None:
+        job, reply, flags = item
+        if reply is None:
+            watched[job.id] = job
+            return
+        if flags:
+            watched.pop(job.id, None)
+        try:
+            job.sender.send(reply, flags=flags)
+        except Exception as exc:  # the client went away; nothing to answer
+            pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+
+    def _check_cancelled(self, watched: dict[str, Job]) -> None:
+        for job in list(watched.values()):
+            if job.sender.is_cancelled():
+                del watched[job.id]  # its final response (CANCELLED) is still to come
+                self.loop.call_soon_threadsafe(job.task.cancel)
 
     def finalize(self) -> None:
-        self.stopping.set()
         with self.lock:
             jobs = list(self.jobs.values())
         for job in jobs:
             if job.task is not None:
-                job.task.cancel()
+                self.loop.call_soon_threadsafe(job.task.cancel)
         time.sleep(0.2)  # let the cancelled jobs post their final responses
         self.outbox.put(None)
         self.loop.call_soon_threadsafe(self.loop.stop)
