@@ -634,6 +634,7 @@ class TritonPythonModel:
             async for out in stream:
                 self._emit(job, out)
         except asyncio.CancelledError:  # the sending thread saw is_cancelled()
+            await self._abort(job)
             self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
         except Exception as exc:
             refused = refusal(exc)  # the engine's own request checks (for example logprobs' limit)
@@ -645,6 +646,15 @@ class TritonPythonModel:
         finally:
             if not job.done:  # the engine ended the stream without a finished output
                 self._post(job, error("generation ended early", pb_utils.TritonError.INTERNAL), final)
+
+    async def _abort(self, job: Job) -> None:
+        """Abort the request in the engine by its id before its slot is freed: vLLM aborts a
+        cancelled generate() itself only once add_request has completed, and a cancel before that
+        would leave it generating to max_tokens while the server admits past its bound."""
+        try:
+            await job.lane.engine.abort(job.id)
+        except Exception as exc:  # the engine is gone: nothing left generating
+            pb_utils.Logger.log_warn(f"vllm_engine: abort of {job.id} failed ({exc})")
 
     def _emit(self, job: Job, out: Any) -> None:
         piece = out.outputs[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,6 +61,26 @@ class RecordingSender:
         return self.cancelled
 
 
+class PendingEngine:
+    """Test double of AsyncLLM caught between registering a request and adding it to the engine
+    core: its stream never yields, and, like vLLM in that window, it aborts nothing when cancelled."""
+
+    def __init__(self, lane: m.Lane) -> None:
+        self.lane = lane
+        self.registered = threading.Event()
+        self.aborted: list[tuple[str, int]] = []  # (request id, requests in flight at the abort)
+
+    async def generate(
+        self, prompt: Any, params: Any, request_id: str, priority: int = 0
+    ) -> AsyncIterator[Any]:
+        self.registered.set()
+        await asyncio.Event().wait()
+        yield None  # pragma: no cover - never reached
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append((request_id, self.lane.inflight))
+
+
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[m.TritonPythonModel]:
     """The model's request state and its sending thread, without Triton or an engine."""
@@ -100,3 +120,20 @@ def test_is_cancelled_is_asked_only_on_the_sending_thread_and_never_after_the_fi
     assert {thread for _, thread, _ in first.calls + second.calls} == {"vllm-send"}
     assert not [call for call in first.calls if call[2]]  # nothing at all after the final response
     assert [call for call, _, _ in first.calls].count("send") == 1
+
+
+def test_a_request_cancelled_before_the_engine_added_it_is_aborted_before_its_slot_is_freed(
+    model: m.TritonPythonModel,
+) -> None:
+    sender = RecordingSender()
+    cancelled = job(sender)
+    engine = PendingEngine(cancelled.lane)
+    cancelled.lane.engine = engine
+    assert model._admit(cancelled)
+    asyncio.run_coroutine_threadsafe(model._generate(cancelled), model.loop)
+    assert engine.registered.wait(WAIT)
+    sender.cancelled = True
+    assert sender.final_sent.wait(WAIT)
+    assert engine.aborted == [(cancelled.id, 1)]  # aborted explicitly, while it still held its slot
+    assert sender.replies[-1].error.code == "CANCELLED" and cancelled.lane.inflight == 0
+    assert cancelled.id not in model.jobs
