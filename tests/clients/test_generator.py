@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -214,3 +215,26 @@ def test_the_async_generator_checks_the_models_inputs_too() -> None:
         assert stub.metadata_calls == 1 and len(stub.sent) == 1
 
     asyncio.run(run())
+
+
+class FakeMetadataPool:
+    """A test double of urllib3's pool answering only the metadata GET with the golden gpu model's."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        self.urls.append(f"{method} {url}")
+        return SimpleNamespace(status=200, data=json.dumps(_golden_metadata("gpu")).encode())
+
+    def clear(self) -> None:
+        pass
+
+
+def test_over_http_the_generator_reads_the_metadata_of_the_model() -> None:
+    with Generator("http://127.0.0.1:1", "smollm2") as gen:
+        pool = FakeMetadataPool()
+        gen._pool = pool  # type: ignore[assignment]
+        with pytest.raises(InvalidInput, match="model 'smollm2' has no messages input"):
+            gen.generate(CHAT)
+        assert pool.urls == ["GET http://127.0.0.1:1/v2/models/smollm2"]
