@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--temperature", type=float, default=0.0)
     generate.add_argument("--top-p", type=float, default=1.0)
     generate.add_argument("--stop", action="append", help="a stop string (repeatable)")
-    generate.add_argument("--priority", type=int, default=0, help="lower runs first")
+    generate.add_argument("--priority", type=int, help="lower runs first (models with a priority input)")
     return parser
 
 

@@ -4,7 +4,10 @@
 makes them. gRPC goes through ``ModelStreamInfer`` (decoupled models have no unary infer), HTTP
 through ``/v2/models/M/generate`` and ``/generate_stream`` (server-sent events; ``/infer`` refuses
 decoupled models). Chat messages are sent as JSON in the model's ``messages`` input: the server
-renders them with the checkpoint's own chat template, so the client needs no tokenizer.
+renders them with the checkpoint's own chat template, so the client needs no tokenizer. Triton's own
+vLLM backend (the ``gpu`` target) has neither ``messages`` nor ``priority``: a request sends
+``priority`` only when the caller sets it, and a chat or a priority is checked against the model's
+metadata first, refused with InvalidInput on a model without that input.
 Stopping a stream early (closing the iterator) cancels the request on the server.
 """
 
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import urllib3
+from google.protobuf import json_format
 from tritonclient.grpc import InferResult, service_pb2
 
 from .errors import InvalidInput, InvalidResponse, TritonClientError, translate
@@ -25,6 +29,8 @@ from .protocol import parse_url
 Prompt = str | Sequence[Mapping[str, str]]
 # Bad-input errors of the model name the request field first; a gRPC stream error carries no status.
 FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output")
+# Inputs of the local model that Triton's vLLM backend lacks: checked against the model's metadata.
+EXTENSIONS = ("messages", "priority")
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,10 @@ class Piece:
 
 def request_fields(
     prompt: Prompt, stream: bool, max_tokens: int, temperature: float, top_p: float,
-    stop: Sequence[str] | None, priority: int, extra: Mapping[str, Any] | None = None,
+    stop: Sequence[str] | None, priority: int | None, extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The model's inputs for one request, as Python values keyed by input name."""
+    """The model's inputs for one request, as Python values keyed by input name (``priority``
+    only when set: None leaves it to the model's default)."""
     sampling: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
     if stop:
         sampling["stop"] = list(stop)
@@ -61,12 +68,32 @@ def request_fields(
         "return_finish_reason": True,
         "return_num_input_tokens": True,
         "return_num_output_tokens": True,
-        "priority": priority,
     }
+    if priority is not None:
+        fields["priority"] = priority
     if isinstance(prompt, str):
         fields["text_input"] = prompt
     else:
         fields["messages"] = json.dumps([dict(m) for m in prompt])
+    return fields
+
+
+def model_inputs(metadata: Mapping[str, Any]) -> frozenset[str]:
+    """The input names of a model's metadata (HTTP's JSON, or gRPC's response as a dict)."""
+    return frozenset(str(t["name"]) for t in metadata.get("inputs", []))
+
+
+def fit_to_model(fields: dict[str, Any], inputs: frozenset[str], model: str) -> dict[str, Any]:
+    """``fields`` unchanged if the model has every input they use; else InvalidInput saying which."""
+    if "messages" in fields and "messages" not in inputs:
+        raise InvalidInput(
+            f"model '{model}' has no messages input (as Triton's vLLM backend): send the prompt as "
+            "text, already rendered with the model's chat template"
+        )
+    if "priority" in fields and "priority" not in inputs:
+        raise InvalidInput(
+            f"model '{model}' has no priority input (as Triton's vLLM backend): leave it unset"
+        )
     return fields
 
 
@@ -180,7 +207,7 @@ class Generator:
     """`Generator("127.0.0.1:8001", "smollm2").generate("Hi")` -> Generation; `.stream(...)` -> pieces.
 
     `timeout` (s) bounds each call (None: none). Lower `priority` runs first (vLLM's convention;
-    the model's engine needs ``scheduling_policy: priority``).
+    the model's engine needs ``scheduling_policy: priority``); None sends none.
     """
 
     def __init__(
@@ -196,10 +223,11 @@ class Generator:
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
         else:
             self._pool = urllib3.PoolManager(maxsize=64, block=False, retries=False)
+        self._inputs: frozenset[str] | None = None
 
     def generate(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> Generation:  # fmt: skip
         """The whole generation in one response (not streamed)."""
         fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
@@ -207,7 +235,7 @@ class Generator:
 
     def stream(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> Iterator[str]:  # fmt: skip
         """Text pieces as the server makes them (empty ones left out)."""
         for piece in self.stream_pieces(prompt, max_tokens, temperature, top_p, stop, priority, **sampling):
@@ -216,7 +244,7 @@ class Generator:
 
     def stream_pieces(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> Iterator[Piece]:  # fmt: skip
         """Every streamed response with its finish reason and token counts."""
         fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
@@ -224,6 +252,8 @@ class Generator:
 
     def _pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
         try:
+            if any(name in fields for name in EXTENSIONS):
+                fit_to_model(fields, self._model_inputs(), self.model)
             if self.protocol == "grpc":
                 yield from self._grpc_pieces(fields)
             else:
@@ -232,6 +262,23 @@ class Generator:
             raise
         except Exception as exc:
             raise translate(exc) from exc
+
+    def _model_inputs(self) -> frozenset[str]:
+        """The model's input names, read from its metadata once."""
+        if self._inputs is None:
+            if self.protocol == "grpc":
+                request = service_pb2.ModelMetadataRequest(name=self.model)
+                metadata = json_format.MessageToDict(self._stub.ModelMetadata(request, timeout=self.timeout))
+            else:
+                url = f"http://{self.address}/v2/models/{self.model}"
+                reply = self._pool.request(
+                    "GET", url, timeout=urllib3.Timeout(connect=10.0, read=self.timeout)
+                )
+                if reply.status != 200:
+                    raise _http_status_error(reply.status, reply.data)
+                metadata = json.loads(reply.data)
+            self._inputs = model_inputs(metadata)
+        return self._inputs
 
     def _grpc_pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
         call = self._stub.ModelStreamInfer(iter([grpc_request(self.model, fields)]), timeout=self.timeout)
@@ -292,6 +339,7 @@ class AsyncGenerator:
         self.model, self.timeout = model, timeout
         self._channel: Any = None
         self._session: Any = None
+        self._inputs: frozenset[str] | None = None
 
     def _grpc_stub(self) -> Any:
         if self._channel is None:
@@ -312,14 +360,14 @@ class AsyncGenerator:
 
     async def generate(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> Generation:  # fmt: skip
         fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
         return join([p async for p in self._pieces(fields)])
 
     async def stream(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> AsyncIterator[str]:  # fmt: skip
         async for piece in self.stream_pieces(
             prompt, max_tokens, temperature, top_p, stop, priority, **sampling
@@ -329,7 +377,7 @@ class AsyncGenerator:
 
     async def stream_pieces(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int = 0, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
     ) -> AsyncIterator[Piece]:  # fmt: skip
         fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
         async for piece in self._pieces(fields):
@@ -337,6 +385,8 @@ class AsyncGenerator:
 
     async def _pieces(self, fields: dict[str, Any]) -> AsyncIterator[Piece]:
         try:
+            if any(name in fields for name in EXTENSIONS):
+                fit_to_model(fields, await self._model_inputs(), self.model)
             source = self._grpc_pieces(fields) if self.protocol == "grpc" else self._http_pieces(fields)
             async for piece in source:
                 yield piece
@@ -344,6 +394,26 @@ class AsyncGenerator:
             raise
         except Exception as exc:
             raise translate(exc) from exc
+
+    async def _model_inputs(self) -> frozenset[str]:
+        """The model's input names, read from its metadata once."""
+        if self._inputs is None:
+            if self.protocol == "grpc":
+                request = service_pb2.ModelMetadataRequest(name=self.model)
+                reply = await self._grpc_stub().ModelMetadata(request, timeout=self.timeout)
+                metadata = json_format.MessageToDict(reply)
+            else:
+                import aiohttp
+
+                url = f"http://{self.address}/v2/models/{self.model}"
+                timeout = aiohttp.ClientTimeout(total=self.timeout)
+                async with self._http_session().get(url, timeout=timeout) as response:
+                    data = await response.read()
+                    if response.status != 200:
+                        raise _http_status_error(response.status, data)
+                metadata = json.loads(data)
+            self._inputs = model_inputs(metadata)
+        return self._inputs
 
     async def _grpc_pieces(self, fields: dict[str, Any]) -> AsyncIterator[Piece]:
         call = self._grpc_stub().ModelStreamInfer(

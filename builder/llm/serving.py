@@ -19,6 +19,7 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
 from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
+from builder.spec.llm import Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
 ENGINE_ARGS_FILE = "model.json"
@@ -103,12 +104,14 @@ class ServingSettings:
     ``max_waiting``: requests allowed to wait beyond the ``max_num_seqs`` running; a request that
     finds ``max_num_seqs + max_waiting`` in flight is refused at once (None: ``max_num_seqs``).
     ``lanes``: engines of their own for long jobs; ``execution_env``: a conda-pack archive for
-    Triton's per-model execution environment.
+    Triton's per-model execution environment; ``sampling``: the defaults of requests that leave
+    those values out (None: vLLM's own).
     """
 
     max_waiting: int | None = None
     lanes: tuple[Lane, ...] = ()
     execution_env: str | None = None
+    sampling: Sampling | None = None
 
     def __post_init__(self) -> None:
         if self.max_waiting is not None and self.max_waiting < 0:
@@ -157,6 +160,9 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
     if settings.lanes:
         cfg.parameters["lanes"].string_value = json.dumps([lane.as_json() for lane in settings.lanes])
+    if settings.sampling is not None:
+        defaults = json.dumps(settings.sampling.model_dump(mode="json"), sort_keys=True)
+        cfg.parameters["sampling_defaults"].string_value = defaults
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     return cfg

@@ -54,7 +54,7 @@ def serving_settings(spec: LLMSpec) -> ServingSettings:
         # A request whose prompt plus max_tokens reaches the threshold goes to the long lane.
         threshold = lane.min_max_tokens or lane.min_prompt_tokens or spec.max_model_len
         lanes = (Lane("long", threshold, max_num_seqs=lane.max_num_seqs),)
-    return ServingSettings(max_waiting=spec.admission.max_waiting, lanes=lanes)
+    return ServingSettings(max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling)
 
 
 def checkpoint_files(checkpoint: Path) -> dict[str, Path]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import service_pb2
+from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from clients.errors import (
     InvalidInput,
@@ -16,16 +21,21 @@ from clients.errors import (
     TritonClientError,
 )
 from clients.generator import (
+    AsyncGenerator,
     Generation,
+    Generator,
     Piece,
+    fit_to_model,
     grpc_request,
     join,
+    model_inputs,
     piece_from_grpc,
     piece_from_json,
     request_fields,
     sse_events,
     stream_error,
 )
+from tests.conftest import ROOT
 
 
 def test_request_fields_for_a_prompt_and_for_chat_messages() -> None:
@@ -98,3 +108,133 @@ def test_join_sums_token_deltas_and_keeps_the_last_reason() -> None:
     assert join(pieces) == Generation("The end", "length", 7, 3)
     with pytest.raises(InvalidResponse):
         join([])
+
+
+def _golden_metadata(target: str) -> dict[str, Any]:
+    """The model metadata Triton reports for the zoo's LLM entry of a target (its golden config)."""
+    text = (ROOT / "tests" / "golden" / target / "smollm2" / "config.pbtxt").read_text()
+    cfg = text_format.Parse(text, ModelConfig())
+    metadata = service_pb2.ModelMetadataResponse(name=cfg.name, platform=cfg.backend)
+    for i in cfg.input:
+        metadata.inputs.add(name=i.name, datatype=DataType.Name(i.data_type)[5:], shape=list(i.dims))
+    return json_format.MessageToDict(metadata)
+
+
+CHAT = [{"role": "user", "content": "Hi"}]
+
+
+def test_a_text_request_leaves_priority_out_unless_the_caller_sets_it() -> None:
+    fields = request_fields("Hi", False, 8, 0.0, 1.0, None, None)
+    assert "priority" not in fields
+    gpu = model_inputs(_golden_metadata("gpu"))
+    assert "text_input" in gpu and "priority" not in gpu and "messages" not in gpu
+    assert fit_to_model(fields, gpu, "smollm2") == fields  # Triton's vLLM backend takes it as it is
+    assert set(fields) <= gpu
+
+
+def test_priority_or_chat_on_a_model_without_those_inputs_is_refused_clearly() -> None:
+    gpu = model_inputs(_golden_metadata("gpu"))
+    with pytest.raises(InvalidInput, match="model 'smollm2' has no priority input"):
+        fit_to_model(request_fields("Hi", False, 8, 0.0, 1.0, None, 2), gpu, "smollm2")
+    with pytest.raises(InvalidInput, match="model 'smollm2' has no messages input"):
+        fit_to_model(request_fields(CHAT, False, 8, 0.0, 1.0, None, None), gpu, "smollm2")
+    local = model_inputs(_golden_metadata("local"))
+    chat = request_fields(CHAT, False, 8, 0.0, 1.0, None, 2)
+    assert fit_to_model(chat, local, "smollm2") == chat and set(chat) <= local
+
+
+class FakeGrpcStub:
+    """A test double of the gRPC service stub: the golden gpu metadata, one final response."""
+
+    def __init__(self) -> None:
+        self.metadata_calls = 0
+        self.sent: list[service_pb2.ModelInferRequest] = []
+
+    def ModelMetadata(self, request: service_pb2.ModelMetadataRequest, timeout: Any = None) -> Any:
+        self.metadata_calls += 1
+        return json_format.ParseDict(_golden_metadata("gpu"), service_pb2.ModelMetadataResponse())
+
+    def ModelStreamInfer(self, requests: Any, timeout: Any = None) -> Any:
+        self.sent.extend(requests)
+
+        class Call(list[Any]):
+            def cancel(self) -> None:
+                pass
+
+        return Call([_grpc_response("Paris", True)])
+
+
+def test_the_generator_reads_the_models_inputs_before_sending_priority_or_chat() -> None:
+    with Generator("127.0.0.1:1", "smollm2") as gen:
+        stub = FakeGrpcStub()
+        gen._stub = stub
+        assert gen.generate("Hi").text == "Paris" and stub.metadata_calls == 0  # nothing to check
+        assert "priority" not in {t.name for t in stub.sent[0].inputs}
+        with pytest.raises(InvalidInput, match="no priority input"):
+            gen.generate("Hi", priority=1)
+        with pytest.raises(InvalidInput, match="no messages input"):
+            gen.generate(CHAT)
+        assert stub.metadata_calls == 1 and len(stub.sent) == 1  # read once; nothing refused was sent
+
+
+class FakeAioStub:
+    """A test double of the grpc.aio service stub: the golden gpu metadata, one final response."""
+
+    def __init__(self) -> None:
+        self.metadata_calls = 0
+        self.sent: list[service_pb2.ModelInferRequest] = []
+
+    async def ModelMetadata(self, request: service_pb2.ModelMetadataRequest, timeout: Any = None) -> Any:
+        self.metadata_calls += 1
+        return json_format.ParseDict(_golden_metadata("gpu"), service_pb2.ModelMetadataResponse())
+
+    def ModelStreamInfer(self, requests: Any, timeout: Any = None) -> Any:
+        self.sent.extend(requests)
+
+        class Call:
+            async def __aiter__(self) -> Any:
+                yield _grpc_response("Paris", True)
+
+            def cancel(self) -> None:
+                pass
+
+        return Call()
+
+
+def test_the_async_generator_checks_the_models_inputs_too() -> None:
+    async def run() -> None:
+        gen = AsyncGenerator("127.0.0.1:1", "smollm2")
+        stub = FakeAioStub()
+        gen._channel, gen._stub = object(), stub
+        assert (await gen.generate("Hi")).text == "Paris" and stub.metadata_calls == 0
+        assert "priority" not in {t.name for t in stub.sent[0].inputs}
+        with pytest.raises(InvalidInput, match="no messages input"):
+            await gen.generate(CHAT)
+        with pytest.raises(InvalidInput, match="no priority input"):
+            await gen.generate("Hi", priority=0)
+        assert stub.metadata_calls == 1 and len(stub.sent) == 1
+
+    asyncio.run(run())
+
+
+class FakeMetadataPool:
+    """A test double of urllib3's pool answering only the metadata GET with the golden gpu model's."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        self.urls.append(f"{method} {url}")
+        return SimpleNamespace(status=200, data=json.dumps(_golden_metadata("gpu")).encode())
+
+    def clear(self) -> None:
+        pass
+
+
+def test_over_http_the_generator_reads_the_metadata_of_the_model() -> None:
+    with Generator("http://127.0.0.1:1", "smollm2") as gen:
+        pool = FakeMetadataPool()
+        gen._pool = pool  # type: ignore[assignment]
+        with pytest.raises(InvalidInput, match="model 'smollm2' has no messages input"):
+            gen.generate(CHAT)
+        assert pool.urls == ["GET http://127.0.0.1:1/v2/models/smollm2"]

@@ -185,7 +185,8 @@ BAD = [
     ({"prompt": "hello " * 600}, "max_model_len is 512"),
     ({"max_tokens": 0}, "max_tokens must be at least 1"),
     ({"max_tokens": -3}, "max_tokens must be at least 1"),
-    ({"max_tokens": 100000}, "above the limit"),
+    ({"top_p": 0.0}, "sampling_parameters.top_p: top_p must be in (0, 1]"),
+    ({"stop": [""]}, "stop cannot contain an empty string"),
     ({"temperature": -0.5}, "temperature must be >= 0"),
     ({"bogus_key": 1}, "unknown key(s) bogus_key"),
 ]

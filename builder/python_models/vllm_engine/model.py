@@ -9,10 +9,13 @@ interface: ``messages`` (a JSON list of chat messages rendered with the tokenize
 and ``priority`` (an input or a request parameter; lower runs first, vLLM's convention).
 
 The engine runs on its own event loop thread; responses go out through one sender thread so the
-loop never waits on the server; a watcher thread turns ``is_cancelled()`` into an engine abort.
+loop never waits on the server. That thread alone asks ``is_cancelled()``, and only of requests
+whose final response it has not sent (python_backend frees a sender with its final response).
 A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
 Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
 ``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
+The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
+request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
 """
 
@@ -47,8 +50,25 @@ BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
 INTS = {"n", "max_tokens", "min_tokens", "top_k", "seed", "logprobs", "prompt_logprobs"}
 FLOATS = {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
 OWNED = {"output_kind", "detokenize"}  # set by this model, never by a request
+# The keys of StructuredOutputsParams a request may set (one constraint, then its options).
+STRUCTURED_FIELDS = (
+    *("json", "regex", "choice", "grammar", "json_object", "structural_tag"),
+    *("disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"),
+)
+# The sampling parameters a request may set: vLLM's documented, user-settable SamplingParams
+# fields. Not its private or engine-internal ones (_all_stop_token_ids, output_text_buffer_length,
+# skip_clone...), nor the debugging/RL ones, nor OWNED.
+SAMPLING_FIELDS = frozenset(
+    {
+        *("n", "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "seed"),
+        *("presence_penalty", "frequency_penalty", "repetition_penalty"),
+        *("stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "bad_words"),
+        *("logprobs", "prompt_logprobs", "skip_special_tokens", "spaces_between_special_tokens"),
+        *("logit_bias", "allowed_token_ids", "structured_outputs"),
+    }
+)
 DEFAULT_MAX_TOKENS = 16  # vLLM's own default
-WATCH_PERIOD = 0.05  # seconds between cancellation checks
+WATCH_PERIOD = 0.05  # seconds between cancellation checks (on the sending thread)
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 TPOT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5]
 
@@ -140,6 +160,20 @@ def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
     return params
 
 
+def sampling_keys(struct_fields: Any) -> frozenset[str]:
+    """The allowed sampling keys that the installed vLLM's SamplingParams has."""
+    return SAMPLING_FIELDS & frozenset(struct_fields)
+
+
+def parse_defaults(text: str, known: set[str]) -> dict[str, Any]:
+    """The ``sampling_defaults`` parameter: values for requests that leave them out (models.yaml's
+    ``sampling:``); ValueError naming the parameter if bad."""
+    try:
+        return parse_sampling(text, known)
+    except BadRequest as exc:
+        raise ValueError(f"parameter sampling_defaults: {exc}") from None
+
+
 def parse_priority(value: Any) -> int:
     try:
         if isinstance(value, bool) or float(value) != int(value):
@@ -150,9 +184,13 @@ def parse_priority(value: Any) -> int:
 
 
 def parse_request(
-    get: Callable[[str], np.ndarray[Any, Any] | None], parameters: str, known: set[str]
+    get: Callable[[str], np.ndarray[Any, Any] | None],
+    parameters: str,
+    known: set[str],
+    defaults: dict[str, Any] | None = None,
 ) -> Parsed:
-    """Check a request's inputs (``get(name)`` is the input's array or None) and parameters."""
+    """Check a request's inputs (``get(name)`` is the input's array or None) and parameters;
+    ``defaults`` fill the sampling values it leaves out (a null value counts as left out)."""
     params = json.loads(parameters or "{}")
     raw_priority = first(get("priority"))
     priority = parse_priority(params.pop("priority", 0) if raw_priority is None else raw_priority)
@@ -167,7 +205,8 @@ def parse_request(
         raise BadRequest("exclude_input_in_output must be true when stream is true")
     prompt, messages = _prompt(get)
     returns = {name for name in RETURNS if flags.get(name)}
-    return Parsed(prompt, messages, stream, exclude, returns, parse_sampling(sampling_json, known), priority)
+    sampling = {**(defaults or {}), **parse_sampling(sampling_json, known)}
+    return Parsed(prompt, messages, stream, exclude, returns, sampling, priority)
 
 
 def _prompt(
@@ -188,20 +227,62 @@ def _prompt(
 def check_length(
     n_prompt: int, sampling: dict[str, Any], max_model_len: int, field: str = "text_input"
 ) -> int:
-    """max_tokens to use; BadRequest when the prompt or prompt + max_tokens exceeds max_model_len."""
+    """max_tokens to use: the request's (or the default) capped at the room the context leaves, so a
+    request asking beyond it runs to the context's end and stops with ``length`` (as vLLM and
+    Triton's vLLM backend do); BadRequest when the prompt alone fills max_model_len."""
     if n_prompt >= max_model_len:
         raise BadRequest(
             f"{field} is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
             "(prompt and output together)"
         )
-    room = max_model_len - n_prompt
-    max_tokens = int(sampling.get("max_tokens", min(DEFAULT_MAX_TOKENS, room)))
-    if max_tokens > room:
-        raise BadRequest(
-            f"sampling_parameters.max_tokens {max_tokens} is above the limit {room} "
-            f"(max_model_len {max_model_len} - {n_prompt} prompt tokens)"
-        )
-    return max_tokens
+    return min(int(sampling.get("max_tokens", DEFAULT_MAX_TOKENS)), max_model_len - n_prompt)
+
+
+def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:
+    """vLLM's SamplingParams from a request's fields; BadRequest naming the field vLLM refuses."""
+    from vllm.exceptions import VLLMClientError
+    from vllm.sampling_params import SamplingParams
+
+    if fields.get("structured_outputs") is not None:
+        fields = dict(fields, structured_outputs=structured_outputs(fields["structured_outputs"]))
+    try:
+        return SamplingParams(**fields, **owned)
+    except (TypeError, ValueError, VLLMClientError) as exc:
+        raise BadRequest(refusal(exc) or f"sampling_parameters: {exc}".splitlines()[0]) from None
+
+
+def structured_outputs(value: Any) -> Any:
+    """vLLM's StructuredOutputsParams from a JSON object (or JSON text, as Triton's vLLM backend
+    takes it); BadRequest for bad JSON, unknown keys, or a constraint vLLM refuses."""
+    from vllm.exceptions import VLLMClientError
+    from vllm.sampling_params import StructuredOutputsParams
+
+    name = "sampling_parameters.structured_outputs"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"{name} is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{name} must be a JSON object, got {type(value).__name__}")
+    unknown = sorted(k for k in value if k not in STRUCTURED_FIELDS)
+    if unknown:
+        raise BadRequest(f"{name}: unknown key(s) {', '.join(unknown)} (want {', '.join(STRUCTURED_FIELDS)})")
+    try:
+        return StructuredOutputsParams(**value)
+    except (TypeError, ValueError, VLLMClientError) as exc:
+        raise BadRequest(f"{name}: {exc.args[0] if exc.args else exc}".splitlines()[0]) from None
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The INVALID_ARG message for vLLM's request-validation errors (VLLMClientError), else None."""
+    from vllm.exceptions import VLLMClientError
+
+    if not isinstance(exc, VLLMClientError):
+        return None
+    message = (str(exc.args[0]) if exc.args else type(exc).__name__).splitlines()[0]
+    parameter = getattr(exc, "parameter", None)
+    return f"sampling_parameters{'.' + parameter if parameter else ''}: {message}"
 
 
 def engine_args(version_dir: Path) -> dict[str, Any]:
@@ -269,7 +350,7 @@ class Job:
     # stub drops the others inside send() without the GIL, which is unsafe off its own thread.
     wanted: frozenset[str]
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    task: Any = None
+    task: Any = None  # the asyncio task generating it, set on the event loop
     done: bool = False
 
 
@@ -408,7 +489,8 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
         self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
-        self.known = set(SamplingParams.__struct_fields__)
+        self.known = set(sampling_keys(SamplingParams.__struct_fields__))
+        self.defaults = parse_defaults(config_parameter(config, "sampling_defaults", ""), self.known)
         self.families = metric_families()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         waiting = config_parameter(config, "max_waiting_requests", "")
@@ -417,15 +499,12 @@ class TritonPythonModel:
         ]
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
+        # (job, response, flags); a response of None tells the sending thread to watch the job.
         self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
-        self.stopping = threading.Event()
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
-        self.threads = [
-            threading.Thread(target=self._send_loop, name="vllm-send", daemon=True),
-            threading.Thread(target=self._watch_loop, name="vllm-watch", daemon=True),
-        ]
+        self.threads = [threading.Thread(target=self._send_loop, name="vllm-send", daemon=True)]
         for thread in self.threads:
             thread.start()
 
@@ -498,7 +577,7 @@ class TritonPythonModel:
                 sender.send(error(f"request failed: {exc}", pb_utils.TritonError.INTERNAL), flags=final)
                 continue
             if self._admit(job):
-                job.task = asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
+                asyncio.run_coroutine_threadsafe(self._generate(job), self.loop)
             else:
                 job.lane.metrics.count_refusal()
                 sender.send(
@@ -520,14 +599,14 @@ class TritonPythonModel:
         return f"{REFUSED}: {where}{lane.bound} requests running or waiting (max_num_seqs + max_waiting)"
 
     def _job(self, request: Any, sender: Any) -> Job:
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         def get(name: str) -> np.ndarray[Any, Any] | None:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
         try:
-            parsed = parse_request(get, request.parameters(), self.known)
+            parsed = parse_request(get, request.parameters(), self.known, self.defaults)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
         text = self._render(parsed)
@@ -535,10 +614,7 @@ class TritonPythonModel:
         field = "text_input" if parsed.messages is None else "messages"
         max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len, field)
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
-        try:
-            params = SamplingParams(**dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(f"sampling_parameters: {exc}".splitlines()[0]) from None
+        params = sampling_params(dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
         lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
         return Job(sender, parsed, text, ids, params, lane, frozenset(request.requested_output_names()))
 
@@ -550,19 +626,35 @@ class TritonPythonModel:
 
     async def _generate(self, job: Job) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        job.task = asyncio.current_task()
+        self.outbox.put((job, None, 0))  # watched for cancellation from now on, before any response
         try:
             prompt = {"prompt_token_ids": job.token_ids}
             stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
             async for out in stream:
                 self._emit(job, out)
-        except asyncio.CancelledError:  # the watcher saw is_cancelled(); vLLM aborted the request
+        except asyncio.CancelledError:  # the sending thread saw is_cancelled()
+            await self._abort(job)
             self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
         except Exception as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._post(job, error(f"generation failed: {message}", pb_utils.TritonError.INTERNAL), final)
+            refused = refusal(exc)  # the engine's own request checks (for example logprobs' limit)
+            if refused is not None:
+                self._post(job, error(refused), final)
+            else:
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._post(job, error(f"generation failed: {message}", pb_utils.TritonError.INTERNAL), final)
         finally:
             if not job.done:  # the engine ended the stream without a finished output
                 self._post(job, error("generation ended early", pb_utils.TritonError.INTERNAL), final)
+
+    async def _abort(self, job: Job) -> None:
+        """Abort the request in the engine by its id before its slot is freed: vLLM aborts a
+        cancelled generate() itself only once add_request has completed, and a cancel before that
+        would leave it generating to max_tokens while the server admits past its bound."""
+        try:
+            await job.lane.engine.abort(job.id)
+        except Exception as exc:  # the engine is gone: nothing left generating
+            pb_utils.Logger.log_warn(f"vllm_engine: abort of {job.id} failed ({exc})")
 
     def _emit(self, job: Job, out: Any) -> None:
         piece = out.outputs[0]
@@ -586,28 +678,48 @@ class TritonPythonModel:
     # -- threads --
 
     def _send_loop(self) -> None:
-        while (item := self.outbox.get()) is not None:
-            job, reply, flags = item
+        """Send every response; every WATCH_PERIOD, ask the requests not finished yet whether they
+        were cancelled. Only this thread uses a sender once execute() returned, and never after
+        sending its final response, so none is used after python_backend has freed it."""
+        watched: dict[str, Job] = {}  # admitted, final response not sent yet: this thread's own
+        next_check = time.monotonic() + WATCH_PERIOD
+        while True:
             try:
-                job.sender.send(reply, flags=flags)
-            except Exception as exc:  # the client went away; nothing to answer
-                pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+                item = self.outbox.get(timeout=max(0.0, next_check - time.monotonic()))
+            except queue.Empty:
+                pass
+            else:
+                if item is None:  # finalize()
+                    return
+                self._handle(item, watched)
+            if time.monotonic() >= next_check:
+                self._check_cancelled(watched)
+                next_check = time.monotonic() + WATCH_PERIOD
 
-    def _watch_loop(self) -> None:
-        while not self.stopping.wait(WATCH_PERIOD):
-            with self.lock:
-                jobs = list(self.jobs.values())
-            for job in jobs:
-                if job.task is not None and not job.done and job.sender.is_cancelled():
-                    job.task.cancel()  # cancels the asyncio task: vLLM aborts the request
+    def _handle(self, item: tuple[Job, Any, int], watched: dict[str, Job]) -> None:
+        job, reply, flags = item
+        if reply is None:
+            watched[job.id] = job
+            return
+        if flags:
+            watched.pop(job.id, None)
+        try:
+            job.sender.send(reply, flags=flags)
+        except Exception as exc:  # the client went away; nothing to answer
+            pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+
+    def _check_cancelled(self, watched: dict[str, Job]) -> None:
+        for job in list(watched.values()):
+            if job.sender.is_cancelled():
+                del watched[job.id]  # its final response (CANCELLED) is still to come
+                self.loop.call_soon_threadsafe(job.task.cancel)
 
     def finalize(self) -> None:
-        self.stopping.set()
         with self.lock:
             jobs = list(self.jobs.values())
         for job in jobs:
             if job.task is not None:
-                job.task.cancel()
+                self.loop.call_soon_threadsafe(job.task.cancel)
         time.sleep(0.2)  # let the cancelled jobs post their final responses
         self.outbox.put(None)
         self.loop.call_soon_threadsafe(self.loop.stop)

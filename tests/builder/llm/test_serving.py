@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
@@ -124,3 +125,32 @@ def test_lanes_go_to_a_json_parameter_the_model_reads() -> None:
 def test_bad_lanes_name_the_lane(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()  # type: ignore[operator]
+
+
+def test_the_specs_sampling_defaults_reach_requests_that_omit_them() -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from builder.python_models.vllm_engine import model as m
+    from builder.spec.llm import Sampling, parse_llm
+    from builder.targets.vllm_python import serving_settings
+    from tests.builder.llm.test_llm_spec import entry
+
+    spec = parse_llm(entry(sampling={"temperature": 0.2, "top_p": 0.9, "max_tokens": 100}), file="m.yaml")
+    assert serving_settings(spec).sampling == Sampling(temperature=0.2, top_p=0.9, max_tokens=100)
+    # The model reads its config as tritonserver hands it over: JSON with proto field names.
+    config = MessageToDict(local_config("chat", serving_settings(spec)), preserving_proto_field_name=True)
+    known = {"temperature", "top_p", "max_tokens", "seed"}
+    defaults = m.parse_defaults(m.config_parameter(config, "sampling_defaults", ""), known)
+    assert defaults == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 100}
+    sent = {"text_input": "Hi", "sampling_parameters": json.dumps({"temperature": 1.0, "max_tokens": None})}
+    get = {k: np.array([v], dtype=object) for k, v in sent.items()}.get
+    parsed = m.parse_request(get, "", known, defaults)
+    assert parsed.sampling == {"temperature": 1.0, "top_p": 0.9, "max_tokens": 100}  # null: the spec's
+    assert m.parse_request(get, "", known).sampling == {"temperature": 1.0}  # no defaults: vLLM's
+
+
+def test_bad_sampling_defaults_name_the_parameter() -> None:
+    from builder.python_models.vllm_engine import model as m
+
+    with pytest.raises(ValueError, match=r"parameter sampling_defaults: .*unknown key\(s\) colour"):
+        m.parse_defaults('{"colour": 1}', {"temperature"})

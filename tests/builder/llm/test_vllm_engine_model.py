@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from tests.builder.llm.needs import NEEDS_VLLM
 
 KNOWN = {"max_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "seed", "n", "output_kind"}
 
@@ -97,8 +98,18 @@ def test_length_limits_name_the_limit_and_the_count() -> None:
     assert m.check_length(10, {"max_tokens": 502}, 512) == 502
     with pytest.raises(m.BadRequest, match="text_input is 600 tokens, the model's max_model_len is 512"):
         m.check_length(600, {}, 512)
-    with pytest.raises(m.BadRequest, match=r"max_tokens 503 is above the limit 502 \(max_model_len 512 - 10"):
-        m.check_length(10, {"max_tokens": 503}, 512)
+    # Beyond the context: runs to its end and stops with "length", as vLLM and Triton's backend do.
+    assert m.check_length(10, {"max_tokens": 503}, 512) == 502
+    assert m.check_length(500, {"max_tokens": 64}, 512) == 12
+    with pytest.raises(m.BadRequest, match="text_input is 512 tokens"):
+        m.check_length(512, {}, 512)
+
+
+def test_a_null_max_tokens_means_the_default() -> None:
+    get = getter(text_input="x", sampling_parameters='{"max_tokens": null, "temperature": null}')
+    parsed = m.parse_request(get, "", KNOWN)
+    assert parsed.sampling == {}
+    assert m.check_length(10, parsed.sampling, 512) == m.DEFAULT_MAX_TOKENS
 
 
 def test_engine_args_resolve_a_relative_checkpoint(tmp_path: Path) -> None:
@@ -139,3 +150,78 @@ def test_lanes_route_by_prompt_plus_max_tokens() -> None:
 def test_bad_lanes_parameter(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         m.parse_lanes(text)
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize(
+    ("sampling", "message"),
+    [
+        ({"top_p": 0.0}, r"^sampling_parameters\.top_p: top_p must be in \(0, 1\], got 0"),
+        ({"temperature": 3.0}, r"^sampling_parameters\.temperature: temperature must be in \[0, 2\], got 3"),
+        ({"stop": [""]}, r"^sampling_parameters: stop cannot contain an empty string"),
+        ({"top_k": -5}, r"^sampling_parameters: top_k must be 0 \(disable\), or at least 1"),
+    ],
+)
+def test_what_vllm_refuses_is_a_bad_request_naming_the_field(sampling: dict[str, Any], message: str) -> None:
+    with pytest.raises(m.BadRequest, match=message):
+        m.sampling_params(dict(sampling, max_tokens=4))
+
+
+@NEEDS_VLLM
+def test_vllm_client_errors_raised_later_become_bad_requests() -> None:
+    from vllm.exceptions import VLLMValidationError
+
+    refused = VLLMValidationError("logprobs 30 is above the limit 20", parameter="logprobs", value=30)
+    assert m.refusal(refused) == "sampling_parameters.logprobs: logprobs 30 is above the limit 20"
+    assert m.refusal(RuntimeError("engine core died")) is None
+
+
+PRIVATE = ["_all_stop_token_ids", "output_text_buffer_length", "skip_clone", "detokenize"]
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize("key", PRIVATE)
+def test_only_public_sampling_fields_are_accepted(key: str) -> None:
+    from vllm.sampling_params import SamplingParams
+
+    known = m.sampling_keys(SamplingParams.__struct_fields__)
+    assert {"temperature", "top_p", "max_tokens", "stop", "seed", "structured_outputs"} <= known
+    with pytest.raises(m.BadRequest, match=rf"unknown key\(s\) {key} "):
+        m.parse_request(getter(text_input="x", sampling_parameters=json.dumps({key: 1})), "", known)
+
+
+@NEEDS_VLLM
+def test_the_allowed_sampling_fields_all_exist_in_vllm() -> None:
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+    assert not m.SAMPLING_FIELDS - set(SamplingParams.__struct_fields__)
+    assert not set(m.STRUCTURED_FIELDS) - set(StructuredOutputsParams.__dataclass_fields__)
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize("as_sent", [{"choice": ["yes", "no"]}, '{"choice": ["yes", "no"]}'])
+def test_structured_outputs_become_vllms_params(as_sent: Any) -> None:
+    from vllm.sampling_params import StructuredOutputsParams
+
+    text = json.dumps({"structured_outputs": as_sent, "max_tokens": 4})  # an object, or JSON in a string
+    parsed = m.parse_request(
+        getter(text_input="x", sampling_parameters=text), "", {"structured_outputs"} | KNOWN
+    )
+    params = m.sampling_params(parsed.sampling)
+    assert isinstance(params.structured_outputs, StructuredOutputsParams)
+    assert params.structured_outputs.choice == ["yes", "no"]
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"choice": ["a"], "regex": "a+"}, "structured_outputs: You can only use one kind of structured"),
+        ({"_backend": "xgrammar"}, r"structured_outputs: unknown key\(s\) _backend"),
+        ([1], "structured_outputs must be a JSON object"),
+        ("{", "structured_outputs is not valid JSON"),
+    ],
+)
+def test_bad_structured_outputs_name_the_field(value: Any, message: str) -> None:
+    with pytest.raises(m.BadRequest, match=rf"^sampling_parameters\.{message}"):
+        m.sampling_params({"structured_outputs": value, "max_tokens": 4})
