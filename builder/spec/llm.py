@@ -111,9 +111,11 @@ class Evaluation(Strict):
 
 
 class GpuTarget(Strict):
-    """What the GPU-host entries (Triton's own vLLM backend) get."""
+    """What the GPU-host entries (Triton's own vLLM backend) get. ``dtype`` defaults to float16:
+    vLLM refuses bfloat16 below compute capability 8.0 and the serving image runs on 7.5+, and one
+    fixed dtype (not vLLM's ``auto``, which varies with the GPU) is the one the verify stage checks."""
 
-    dtype: LLMDType = LLMDType.BFLOAT16
+    dtype: LLMDType = LLMDType.FLOAT16
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
     gpu_memory_utilization: Fraction = 0.9
     max_num_seqs: Annotated[int, Field(ge=1)] | None = None  # None: the spec's

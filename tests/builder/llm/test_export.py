@@ -20,6 +20,7 @@ def spec(**changes: object) -> LLMSpec:
         "source": "zoo.smollm2:gguf",
         "max_model_len": 2048,
         "kv_cache_space_gib": 1,
+        "gpu": {"dtype": "bfloat16"},
         "evaluation": {
             "prompts": "calibration/smollm2/eval.json",
             "tolerances": {"bfloat16": {"min_agreement": 0.5, "max_logprob_gap": 0.5}},

@@ -103,3 +103,19 @@ def test_real_server_accepts_the_config(tmp_path: Path) -> None:
             index = {m["name"]: m for m in json.load(response)}
     assert index["smollm2"]["state"] == "UNAVAILABLE", index
     assert "unable to find backend library for backend 'vllm'" in index["smollm2"]["reason"], index
+
+
+def test_gpu_dtype_defaults_to_float16_which_every_supported_gpu_runs() -> None:
+    # vLLM refuses bfloat16 below compute capability 8.0 and the serving image claims 7.5+.
+    raw = {
+        "name": "smollm2",
+        "source": "zoo.smollm2:gguf",
+        "evaluation": {
+            "prompts": "calibration/smollm2/eval.json",
+            "tolerances": {
+                "bfloat16": {"min_agreement": 0.5, "max_logprob_gap": 0.5},
+                "float16": {"min_agreement": 0.5, "max_logprob_gap": 0.5},
+            },
+        },
+    }
+    assert gpu_model_json(parse_llm(raw, file="models.yaml"))["dtype"] == "float16"

@@ -19,7 +19,10 @@ def entry(**changes: Any) -> dict[str, Any]:
         "max_num_seqs": 8,
         "evaluation": {
             "prompts": "calibration/smollm2/eval.json",
-            "tolerances": {"bfloat16": {"min_agreement": 0.75, "max_logprob_gap": 0.2}},
+            "tolerances": {
+                "bfloat16": {"min_agreement": 0.75, "max_logprob_gap": 0.2},
+                "float16": {"min_agreement": 0.75, "max_logprob_gap": 0.2},  # gpu.dtype's default
+            },
         },
     }
     raw.update(changes)
@@ -100,8 +103,14 @@ def test_prompts_must_be_under_calibration() -> None:
 def test_tolerance_needed_for_each_dtype_served() -> None:
     err = error(entry(dtype="float32"))
     assert "no entry for dtype float32" in err.one_line()
-    err = error(entry(gpu={"dtype": "float16"}))
-    assert "no entry for dtype float16" in err.one_line()
+    err = error(entry(gpu={"dtype": "float32"}))
+    assert "no entry for dtype float32" in err.one_line()
+    only_bf16 = entry()
+    only_bf16["evaluation"] = {
+        **only_bf16["evaluation"],
+        "tolerances": {"bfloat16": {"min_agreement": 1.0, "max_logprob_gap": 0.1}},
+    }
+    assert "no entry for dtype float16" in error(only_bf16).one_line()  # gpu.dtype's default
 
 
 def test_max_tokens_must_leave_room_for_a_prompt() -> None:
