@@ -2,8 +2,8 @@
 every LLM config so that the server validates requests before a model sees them.
 
 The ``gpu`` target's entry (Triton's own vLLM backend) has the backend's interface; the ``local``
-model (``builder/python_models/vllm_engine``) has it without the log-probabilities and with two
-additions: ``messages`` (a chat, in place of ``text_input``) and ``priority``.
+model (``builder/python_models/vllm_engine``) has all of it with two additions: ``messages`` (a chat,
+in place of ``text_input``) and ``priority``.
 """
 
 from __future__ import annotations
@@ -40,15 +40,13 @@ BACKEND_OUTPUTS = (
     Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
     Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
 )
-_LOGPROBS = {"return_cumulative_logprob", "return_logprobs", "cumulative_logprob", "logprobs"}
-
 LOCAL_INPUTS = (
     replace(BACKEND_INPUTS[0], optional=True),  # or ``messages``
     Tensor("messages", "TYPE_STRING"),
-    *(t for t in BACKEND_INPUTS[1:] if t.name not in _LOGPROBS),
+    *BACKEND_INPUTS[1:],
     Tensor("priority", "TYPE_INT32"),
 )
-LOCAL_OUTPUTS = tuple(t for t in BACKEND_OUTPUTS if t.name not in _LOGPROBS)
+LOCAL_OUTPUTS = BACKEND_OUTPUTS
 
 
 def add_tensors(cfg: ModelConfig, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:

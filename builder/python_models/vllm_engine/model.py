@@ -2,11 +2,14 @@
 
 Speaks the interface of Triton's vLLM backend: inputs ``text_input``, ``stream``,
 ``sampling_parameters`` (JSON), ``exclude_input_in_output``, ``return_finish_reason``,
-``return_num_input_tokens``, ``return_num_output_tokens``; outputs ``text_output``,
-``finish_reason``, ``num_input_tokens``, ``num_output_tokens``. Engine arguments come from
-``model.json`` in the version folder (``model`` may be relative to that folder). Beyond that
-interface: ``messages`` (a JSON list of chat messages rendered with the tokenizer's chat template)
-and ``priority`` (an input or a request parameter; lower runs first, vLLM's convention).
+``return_cumulative_logprob``, ``return_logprobs``, ``return_num_input_tokens``,
+``return_num_output_tokens``; outputs ``text_output``, ``finish_reason``, ``cumulative_logprob``,
+``logprobs`` (JSON: per new token, ``{token_id: {logprob, rank, decoded_token}}``; ``null`` unless
+``sampling_parameters.logprobs`` is set), ``num_input_tokens``, ``num_output_tokens``.
+Engine arguments come from ``model.json`` in the version folder (``model`` may be relative to that
+folder). Beyond that interface: ``messages`` (a JSON list of chat messages rendered with the
+tokenizer's chat template) and ``priority`` (an input or a request parameter; lower runs first,
+vLLM's convention).
 
 The engine runs on its own event loop thread; responses go out through one sender thread so the
 loop never waits on the server. That thread alone asks ``is_cancelled()``, and only of requests
@@ -45,7 +48,10 @@ except ImportError:  # pragma: no cover - outside Triton
 ENGINE_ARGS_FILE = "model.json"
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 REFUSED = "engine is full"  # clients map this phrase to RequestRejected
-RETURNS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+RETURNS = (
+    *("return_finish_reason", "return_cumulative_logprob", "return_logprobs"),
+    *("return_num_input_tokens", "return_num_output_tokens"),
+)
 BOOLS = ("stream", "exclude_input_in_output", *RETURNS)
 INTS = {"n", "max_tokens", "min_tokens", "top_k", "seed", "logprobs", "prompt_logprobs"}
 FLOATS = {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
@@ -358,14 +364,34 @@ def tensor(name: str, values: list[Any], dtype: Any) -> Any:
     return pb_utils.Tensor(name, np.asarray(values, dtype=dtype))
 
 
-def response(job: Job, text: str, n_tokens: int, finish: Any) -> Any:
+def logprob_outputs(returns: set[str], piece: Any) -> dict[str, tuple[list[Any], Any]]:
+    """``cumulative_logprob`` and ``logprobs`` of one completion (vLLM's CompletionOutput, whose
+    logprobs are the new tokens' alone when streamed), as Triton's vLLM backend writes them."""
+    made: dict[str, tuple[list[Any], Any]] = {}
+    if "return_cumulative_logprob" in returns:
+        made["cumulative_logprob"] = ([piece.cumulative_logprob], np.float32)  # None: NaN
+    if "return_logprobs" in returns:
+        positions = None if piece.logprobs is None else [_position(p) for p in piece.logprobs]
+        made["logprobs"] = ([json.dumps(positions).encode("utf-8")], np.object_)
+    return made
+
+
+def _position(position: Any) -> dict[int, dict[str, Any]]:
+    return {
+        token: {"logprob": p.logprob, "rank": p.rank, "decoded_token": p.decoded_token}
+        for token, p in position.items()
+    }
+
+
+def response(job: Job, text: str, piece: Any) -> Any:
     made: dict[str, tuple[list[Any], Any]] = {"text_output": ([text.encode("utf-8")], np.object_)}
     if "return_finish_reason" in job.parsed.returns:
-        made["finish_reason"] = ([str(finish).encode("utf-8")], np.object_)
+        made["finish_reason"] = ([str(piece.finish_reason).encode("utf-8")], np.object_)
+    made.update(logprob_outputs(job.parsed.returns, piece))
     if "return_num_input_tokens" in job.parsed.returns:
         made["num_input_tokens"] = ([len(job.token_ids)], np.uint32)
     if "return_num_output_tokens" in job.parsed.returns:
-        made["num_output_tokens"] = ([n_tokens], np.uint32)
+        made["num_output_tokens"] = ([len(piece.token_ids)], np.uint32)
     outputs = [tensor(name, values, dtype) for name, (values, dtype) in made.items() if name in job.wanted]
     return pb_utils.InferenceResponse(output_tensors=outputs)
 
@@ -658,12 +684,11 @@ class TritonPythonModel:
 
     def _emit(self, job: Job, out: Any) -> None:
         piece = out.outputs[0]
-        n_tokens = len(piece.token_ids)
         text = piece.text
         if not job.parsed.stream and not job.parsed.exclude_input:
             text = job.prompt_text + text
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
-        self._post(job, response(job, text, n_tokens, piece.finish_reason), flags)
+        self._post(job, response(job, text, piece), flags)
 
     def _post(self, job: Job, reply: Any, flags: int) -> None:
         if job.done:

@@ -75,6 +75,8 @@ def test_local_config_is_decoupled_python_without_triton_batching() -> None:
     assert [o.name for o in cfg.output] == [
         "text_output",
         "finish_reason",
+        "cumulative_logprob",
+        "logprobs",
         "num_input_tokens",
         "num_output_tokens",
     ]
@@ -154,3 +156,17 @@ def test_bad_sampling_defaults_name_the_parameter() -> None:
 
     with pytest.raises(ValueError, match=r"parameter sampling_defaults: .*unknown key\(s\) colour"):
         m.parse_defaults('{"colour": 1}', {"temperature"})
+
+
+def test_local_config_has_the_official_backends_logprob_tensors() -> None:
+    from tritonclient.grpc.model_config_pb2 import DataType
+
+    from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS
+
+    cfg = local_config("chat")
+    inputs = {i.name: (i.data_type, tuple(i.dims), i.optional) for i in cfg.input}
+    outputs = {o.name: (o.data_type, tuple(o.dims)) for o in cfg.output}
+    for t in BACKEND_INPUTS[1:]:  # text_input is optional here (messages may stand in)
+        assert inputs[t.name] == (DataType.Value(t.dtype), t.dims, True)
+    for t in BACKEND_OUTPUTS:
+        assert outputs[t.name] == (DataType.Value(t.dtype), t.dims)

@@ -225,3 +225,39 @@ def test_structured_outputs_become_vllms_params(as_sent: Any) -> None:
 def test_bad_structured_outputs_name_the_field(value: Any, message: str) -> None:
     with pytest.raises(m.BadRequest, match=rf"^sampling_parameters\.{message}"):
         m.sampling_params({"structured_outputs": value, "max_tokens": 4})
+
+
+def test_the_official_backends_logprob_flags_are_accepted_and_select_outputs() -> None:
+    # As Triton's additional_outputs_test.py sends them: both flags, false or true.
+    off = m.parse_request(
+        getter(text_input="Hi", return_logprobs=False, return_cumulative_logprob=False), "", KNOWN
+    )
+    assert off.returns == set()
+    on = m.parse_request(
+        getter(text_input="Hi", return_logprobs=True, return_cumulative_logprob=True), "", KNOWN
+    )
+    assert on.returns == {"return_logprobs", "return_cumulative_logprob"}
+
+
+def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() -> None:
+    from types import SimpleNamespace as NS
+
+    position = {
+        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
+        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
+    }
+    piece = NS(logprobs=[position], cumulative_logprob=-0.25)
+    returns = {"return_logprobs", "return_cumulative_logprob"}
+    made = m.logprob_outputs(returns, piece)
+    assert json.loads(made["logprobs"][0][0]) == [
+        {
+            "7": {"logprob": -0.25, "rank": 1, "decoded_token": " a"},
+            "9": {"logprob": -1.5, "rank": 2, "decoded_token": "b"},
+        }
+    ]
+    assert made["cumulative_logprob"] == ([-0.25], np.float32)
+    # Without sampling_parameters.logprobs vLLM keeps none: "null" and NaN, as there.
+    unset = m.logprob_outputs(returns, NS(logprobs=None, cumulative_logprob=None))
+    assert unset["logprobs"][0] == [b"null"]
+    assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
+    assert m.logprob_outputs(set(), piece) == {}
