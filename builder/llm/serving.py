@@ -71,27 +71,42 @@ class EngineArgs:
 
 @dataclass(frozen=True)
 class Lane:
-    """An engine of its own for long jobs: requests whose prompt + max_tokens reach ``min_tokens``.
+    """An engine of its own for long jobs: requests whose prompt + max_tokens reach ``min_tokens``,
+    whose max_tokens reaches ``min_max_tokens`` or whose prompt reaches ``min_prompt_tokens`` (any
+    one given and reached; at least one is needed).
 
     ``max_num_seqs`` / ``max_waiting`` default to the main engine's / the lane's own max_num_seqs;
-    ``cpus`` pins the lane's engine on the CPU (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"1"``).
+    ``kv_cache_space_gib`` to the main engine's KV size; ``cpus`` pins the lane's engine on the CPU
+    (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"1"``).
     """
 
     name: str
-    min_tokens: int
+    min_tokens: int | None = None
     max_num_seqs: int | None = None
     max_waiting: int | None = None
     cpus: str | None = None
+    min_max_tokens: int | None = None
+    min_prompt_tokens: int | None = None
+    kv_cache_space_gib: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name == "default":
             raise ValueError(f"lane: name must be set and not 'default', got {self.name!r}")
-        if self.min_tokens < 1:
-            raise ValueError(f"lane '{self.name}': min_tokens must be at least 1, got {self.min_tokens}")
+        thresholds = {"min_tokens": self.min_tokens, "min_max_tokens": self.min_max_tokens}
+        thresholds["min_prompt_tokens"] = self.min_prompt_tokens
+        if all(v is None for v in thresholds.values()):
+            raise ValueError(f"lane '{self.name}': needs min_tokens, min_max_tokens or min_prompt_tokens")
+        for key, value in thresholds.items():
+            if value is not None and value < 1:
+                raise ValueError(f"lane '{self.name}': {key} must be at least 1, got {value}")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ValueError(f"lane '{self.name}': max_num_seqs must be at least 1, got {self.max_num_seqs}")
         if self.max_waiting is not None and self.max_waiting < 0:
             raise ValueError(f"lane '{self.name}': max_waiting must be >= 0, got {self.max_waiting}")
+        if self.kv_cache_space_gib is not None and self.kv_cache_space_gib <= 0:
+            raise ValueError(
+                f"lane '{self.name}': kv_cache_space_gib must be > 0, got {self.kv_cache_space_gib}"
+            )
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}

@@ -51,9 +51,16 @@ def serving_settings(spec: LLMSpec) -> ServingSettings:
     lanes: tuple[Lane, ...] = ()
     lane = spec.lanes
     if lane is not None:
-        # A request whose prompt plus max_tokens reaches the threshold goes to the long lane.
-        threshold = lane.min_max_tokens or lane.min_prompt_tokens or spec.max_model_len
-        lanes = (Lane("long", threshold, max_num_seqs=lane.max_num_seqs),)
+        # A request whose max_tokens or whose prompt reaches its threshold goes to the long lane.
+        lanes = (
+            Lane(
+                "long",
+                min_max_tokens=lane.min_max_tokens,
+                min_prompt_tokens=lane.min_prompt_tokens,
+                max_num_seqs=lane.max_num_seqs,
+                kv_cache_space_gib=lane.kv_cache_space_gib,
+            ),
+        )
     return ServingSettings(max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling)
 
 

@@ -16,7 +16,8 @@ loop never waits on the server. That thread alone asks ``is_cancelled()``, and o
 whose final response it has not sent (python_backend frees a sender with its final response).
 A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is refused at once.
 Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
-``max_tokens`` reaches a lane's ``min_tokens`` runs there, so short requests never queue behind them.
+``max_tokens`` reaches a lane's ``min_tokens``, whose ``max_tokens`` reaches its ``min_max_tokens`` or
+whose prompt reaches its ``min_prompt_tokens`` runs there, so short requests never queue behind them.
 The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
 request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
@@ -305,13 +306,26 @@ def engine_args(version_dir: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LaneRule:
-    """An engine of its own for requests whose prompt + max_tokens reach ``min_tokens``."""
+    """An engine of its own for long requests: those whose prompt + max_tokens reach ``min_tokens``,
+    whose max_tokens reaches ``min_max_tokens`` or whose prompt reaches ``min_prompt_tokens``
+    (any threshold set and reached)."""
 
     name: str
-    min_tokens: int = 0
+    min_tokens: int | None = None
     max_num_seqs: int | None = None  # None: model.json's
     max_waiting: int | None = None  # None: the lane's max_num_seqs
     cpus: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for this lane's engine (CPU)
+    min_max_tokens: int | None = None
+    min_prompt_tokens: int | None = None
+    kv_cache_space_gib: float | None = None  # None: model.json's
+
+    @property
+    def thresholds(self) -> tuple[int | None, int | None, int | None]:
+        return self.min_tokens, self.min_max_tokens, self.min_prompt_tokens
+
+    def takes(self, n_prompt: int, max_tokens: int) -> bool:
+        reached = (n_prompt + max_tokens, max_tokens, n_prompt)
+        return any(t is not None and n >= t for t, n in zip(self.thresholds, reached, strict=True))
 
 
 def parse_lanes(text: str) -> list[LaneRule]:
@@ -324,14 +338,30 @@ def parse_lanes(text: str) -> list[LaneRule]:
     names = [r.name for r in rules]
     if "default" in names or len(set(names)) != len(names):
         raise ValueError(f"parameter lanes: names must be unique and not 'default', got {names}")
-    if any(r.min_tokens < 1 for r in rules):
-        raise ValueError("parameter lanes: every lane needs min_tokens >= 1")
-    return [LaneRule("default"), *sorted(rules, key=lambda r: r.min_tokens)]
+    for r in rules:
+        given = [t for t in r.thresholds if t is not None]
+        if not given:
+            raise ValueError(
+                f"parameter lanes: {r.name} needs min_tokens, min_max_tokens or min_prompt_tokens"
+            )
+        if any(t < 1 for t in given):
+            raise ValueError(f"parameter lanes: {r.name}: thresholds must be >= 1, got {given}")
+    return [LaneRule("default"), *sorted(rules, key=lambda r: r.min_tokens or 0)]
 
 
-def route(rules: list[LaneRule], total_tokens: int) -> int:
-    """The index of the lane with the largest ``min_tokens`` that ``total_tokens`` reaches."""
-    return max(i for i, r in enumerate(rules) if total_tokens >= r.min_tokens)
+def route(rules: list[LaneRule], n_prompt: int, max_tokens: int) -> int:
+    """The index of the last lane that takes the request (rules[0], the default lane, takes all)."""
+    return max((i for i, r in enumerate(rules) if r.takes(n_prompt, max_tokens)), default=0)
+
+
+def lane_engine_args(config: dict[str, Any], rule: LaneRule) -> dict[str, Any]:
+    """model.json's engine arguments with the lane's own max_num_seqs and KV-cache size (CPU)."""
+    config = dict(config)
+    if rule.max_num_seqs:
+        config["max_num_seqs"] = rule.max_num_seqs
+    if rule.kv_cache_space_gib:
+        config["kv_cache_memory_bytes"] = int(rule.kv_cache_space_gib * (1 << 30))
+    return config
 
 
 def config_parameter(config: dict[str, Any], name: str, default: str) -> str:
@@ -573,9 +603,7 @@ class TritonPythonModel:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = dict(self.engine_config)
-        if lane.rule.max_num_seqs:
-            config["max_num_seqs"] = lane.rule.max_num_seqs
+        config = lane_engine_args(self.engine_config, lane.rule)
         factory = stat_logger_factory(lane.metrics)
         previous = os.environ.get(OMP_BIND)
         if lane.rule.cpus:  # read when the engine core process starts
@@ -641,7 +669,7 @@ class TritonPythonModel:
         max_tokens = check_length(len(ids), parsed.sampling, self.max_model_len, field)
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
         params = sampling_params(dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
-        lane = self.lanes[route([x.rule for x in self.lanes], len(ids) + max_tokens)]
+        lane = self.lanes[route([x.rule for x in self.lanes], len(ids), max_tokens)]
         return Job(sender, parsed, text, ids, params, lane, frozenset(request.requested_output_names()))
 
     def _render(self, parsed: Parsed) -> str:

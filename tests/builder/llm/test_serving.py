@@ -170,3 +170,24 @@ def test_local_config_has_the_official_backends_logprob_tensors() -> None:
         assert inputs[t.name] == (DataType.Value(t.dtype), t.dims, True)
     for t in BACKEND_OUTPUTS:
         assert outputs[t.name] == (DataType.Value(t.dtype), t.dims)
+
+
+def test_the_specs_long_lane_reaches_the_model_with_both_thresholds_and_its_kv_size() -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from builder.python_models.vllm_engine import model as m
+    from builder.spec.llm import parse_llm
+    from builder.targets.vllm_python import serving_settings
+    from tests.builder.llm.test_llm_spec import entry
+
+    lanes = {"min_max_tokens": 300, "min_prompt_tokens": 500, "max_num_seqs": 2, "kv_cache_space_gib": 0.5}
+    spec = parse_llm(entry(lanes=lanes), file="m.yaml")
+    config = MessageToDict(local_config("chat", serving_settings(spec)), preserving_proto_field_name=True)
+    default, long = m.parse_lanes(m.config_parameter(config, "lanes", ""))
+    assert (long.min_max_tokens, long.min_prompt_tokens, long.max_num_seqs) == (300, 500, 2)
+    engine = m.lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, long)
+    assert engine == {"max_num_seqs": 2, "kv_cache_memory_bytes": 1 << 29}  # the lane's own KV size
+    assert m.lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, default) == {
+        "max_num_seqs": 8,
+        "kv_cache_memory_bytes": 1 << 30,
+    }

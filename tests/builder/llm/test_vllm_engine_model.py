@@ -132,7 +132,7 @@ def test_config_parameter_reads_string_values() -> None:
 def test_lanes_route_by_prompt_plus_max_tokens() -> None:
     rules = m.parse_lanes('[{"name": "huge", "min_tokens": 1000}, {"name": "long", "min_tokens": 200}]')
     assert [r.name for r in rules] == ["default", "long", "huge"]
-    assert [rules[m.route(rules, n)].name for n in (1, 199, 200, 999, 1000, 5000)] == [
+    assert [rules[m.route(rules, n // 2, n - n // 2)].name for n in (1, 199, 200, 999, 1000, 5000)] == [
         "default", "default", "long", "long", "huge", "huge",
     ]  # fmt: skip
     assert m.parse_lanes("") == [m.LaneRule("default")]
@@ -144,7 +144,7 @@ def test_lanes_route_by_prompt_plus_max_tokens() -> None:
         ("{", "parameter lanes: "),
         ('[{"name": "x", "min_tokens": 5, "colour": 1}]', "unexpected keyword argument 'colour'"),
         ('[{"name": "default", "min_tokens": 5}]', "not 'default'"),
-        ('[{"name": "x", "min_tokens": 0}]', "min_tokens >= 1"),
+        ('[{"name": "x", "min_tokens": 0}]', "thresholds must be >= 1, got"),
     ],
 )
 def test_bad_lanes_parameter(text: str, message: str) -> None:
@@ -261,3 +261,23 @@ def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() ->
     assert unset["logprobs"][0] == [b"null"]
     assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
     assert m.logprob_outputs(set(), piece) == {}
+
+
+def test_a_long_lane_takes_a_request_whose_max_tokens_or_whose_prompt_reaches_its_threshold() -> None:
+    # As the spec's lanes say: max_tokens >= min_max_tokens, or prompt >= min_prompt_tokens.
+    rules = m.parse_lanes('[{"name": "long", "min_max_tokens": 300, "min_prompt_tokens": 500}]')
+    cases = {
+        (10, 299): "default",
+        (10, 300): "long",
+        (499, 100): "default",
+        (500, 1): "long",
+        (450, 250): "default",
+    }
+    assert {case: rules[m.route(rules, *case)].name for case in cases} == cases
+    only_prompt = m.parse_lanes('[{"name": "long", "min_prompt_tokens": 500}]')
+    assert only_prompt[m.route(only_prompt, 10, 5000)].name == "default"
+
+
+def test_a_lane_needs_a_threshold() -> None:
+    with pytest.raises(ValueError, match="needs min_tokens, min_max_tokens or min_prompt_tokens"):
+        m.parse_lanes('[{"name": "long", "max_num_seqs": 2}]')
