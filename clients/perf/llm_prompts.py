@@ -2,9 +2,10 @@
 
 The prompt file is a JSON list of ``{"messages": [{"role", "content"}, ...]}`` (as under
 ``calibration/<llm>/``). With the checkpoint's tokenizer each chat is rendered with its chat
-template, and ``input_tokens`` trims the last user message or pads it in front with the other
-prompts' text until the rendered prompt has that many tokens (within a token or two: decoding and
-re-encoding can merge tokens at the cut). Without a tokenizer the user messages are sent as they are.
+template (without the BOS the server's encoding adds; lengths counted as the server counts them),
+and ``input_tokens`` trims the last user message or pads it in front with the other prompts' text
+until the rendered prompt has that many tokens (within a token or two: decoding and re-encoding can
+merge tokens at the cut). Without a tokenizer the user messages are sent as they are.
 """
 
 from __future__ import annotations
@@ -80,8 +81,14 @@ def _tokenizer(folder: Path) -> Any:
 
 
 def _length(tokenizer: Any, chat: Chat) -> tuple[str, int]:
+    """The prompt as sent and its length as the server counts it: the server encodes ``text_input``
+    with the tokenizer's special tokens, so a BOS the tokenizer adds itself is left out of the text
+    (the template writes one too: sent as rendered, the prompt would start with two)."""
     text = str(tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
-    return text, len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
+        text = text[len(bos) :]
+    return text, len(tokenizer(text)["input_ids"])
 
 
 def _render(tokenizer: Any, chat: Chat, target: int | None, filler: list[str]) -> Prompt:
