@@ -262,9 +262,12 @@ class TritonServer:
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            # The Python-backend stubs share the server's session; kill them with it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            code = None
+        # The Python-backend stubs and what they started (vLLM's engine processes) share the
+        # server's process group: whatever is left of it once the server is gone is an orphan.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if code is None:
             code = proc.wait(10)
         if code == 0 and self._log_given is None and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)  # our temp log; kept when something went wrong

@@ -122,6 +122,54 @@ def test_start_serve_stop(tmp_path: Path) -> None:
     assert "successfully unloaded 'pre'" in (tmp_path / "server.log").read_text()
 
 
+SPAWNING_MODEL = """
+import subprocess
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # As vLLM's engine does: a process of its own, left running when the stub exits.
+        child = subprocess.Popen(["sleep", "600"], start_new_session=False)
+        Path(args["model_repository"], "child.pid").write_text(str(child.pid))
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[]) for _ in requests]
+"""
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+@pytest.mark.integration
+def test_stop_leaves_no_process_of_the_server_behind(tmp_path: Path) -> None:
+    """What a model started (vLLM's engine core, say) dies with the server, however it exits."""
+    repo = python_repo(tmp_path / "repo", name="spawner")
+    (repo / "spawner" / "1" / "model.py").write_text(SPAWNING_MODEL)
+    server = TritonServer(repo, log_path=tmp_path / "server.log")
+    with server:
+        pgid = server.pid
+        assert pgid is not None
+        child = int((repo / "spawner" / "child.pid").read_text())
+        assert alive(child)
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # SIGKILL is delivered asynchronously: poll for it, with a deadline
+    assert _group_alive(pgid) == [] and not alive(child)
+
+
 @pytest.mark.integration
 def test_failed_start_raises_with_the_log_tail(tmp_path: Path) -> None:
     repo = python_repo(tmp_path / "repo")
