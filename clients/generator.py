@@ -134,6 +134,17 @@ def piece_from_grpc(response: Any) -> tuple[Piece | None, bool]:
     return _piece({name: result.as_numpy(name) for name in _OUTPUTS}), final
 
 
+async def pieces_of(call: Any) -> AsyncIterator[Piece]:
+    """The pieces of one gRPC ``ModelStreamInfer`` call (an async iterator of responses), up to its
+    final response; the caller owns the call and cancels it."""
+    async for response in call:
+        piece, final = piece_from_grpc(response)
+        if piece is not None:
+            yield piece
+        if final:
+            return
+
+
 def piece_from_json(body: Mapping[str, Any]) -> Piece:
     """A piece from one JSON response of ``generate`` / ``generate_stream``; raises its error."""
     if "error" in body:
@@ -420,12 +431,8 @@ class AsyncGenerator:
             iter([grpc_request(self.model, fields)]), timeout=self.timeout
         )
         try:
-            async for response in call:
-                piece, final = piece_from_grpc(response)
-                if piece is not None:
-                    yield piece
-                if final:
-                    return
+            async for piece in pieces_of(call):
+                yield piece
         finally:
             call.cancel()
 

@@ -17,7 +17,7 @@ import grpc.aio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from clients.errors import TritonClientError, translate
-from clients.generator import Piece, grpc_request, piece_from_grpc
+from clients.generator import Piece, grpc_request, pieces_of
 
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
 
@@ -74,12 +74,8 @@ class TritonBridge:
         """The model's responses to one request; closing the iterator cancels it on the server."""
         call = self._stub.ModelStreamInfer(iter([grpc_request(model, fields)]))
         try:
-            async for response in call:
-                piece, final = piece_from_grpc(response)
-                if piece is not None:
-                    yield piece
-                if final:
-                    return
+            async for piece in pieces_of(call):
+                yield piece
         except TritonClientError:
             raise
         except grpc.aio.AioRpcError as exc:
