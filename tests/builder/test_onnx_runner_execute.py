@@ -16,20 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.builder.fixtures.onnx_runner import loaded_runner
-
-
-class Tensor:
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        self.name, self.array = name, array
-
-    def as_numpy(self) -> np.ndarray:
-        return self.array
-
-
-class Response:
-    def __init__(self, output_tensors: list[Tensor] | None = None, error: Any = None) -> None:
-        self.output_tensors, self.error = output_tensors or [], error
+from tests.builder.fixtures.onnx_runner import Response, Tensor, loaded_runner
 
 
 class Sender:

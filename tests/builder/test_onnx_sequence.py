@@ -4,9 +4,7 @@ when idle, and the requests of several sequences run as one batch."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,23 +14,11 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.builder.fixtures.onnx_runner import Response, Tensor, loaded_runner
 from tests.builder.fixtures.recurrent import CHUNKS, chunks, onnx_loop, rnn_model, vad_model, write_project
 
 MODEL = Path(__file__).parents[2] / "builder" / "python_models" / "onnx_sequence" / "model.py"
 START, END = 1, 2
-
-
-class Tensor:
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        self.name, self.array = name, array
-
-    def as_numpy(self) -> np.ndarray:
-        return self.array
-
-
-class Response:
-    def __init__(self, output_tensors: list[Tensor] | None = None, error: Any = None) -> None:
-        self.output_tensors, self.error = output_tensors or [], error
 
 
 class Request:
@@ -64,22 +50,8 @@ def _utils() -> types.ModuleType:
 
 @pytest.fixture(scope="module")
 def module() -> Iterator[Any]:
-    utils = _utils()
-    saved = sys.modules.get(utils.__name__)
-    sys.modules[utils.__name__] = utils
-    try:
-        spec = importlib.util.spec_from_file_location("onnx_sequence_under_test", MODEL)
-        assert spec and spec.loader
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = loaded  # its dataclasses look their module up, as in the server's stub
-        spec.loader.exec_module(loaded)
+    with loaded_runner(_utils(), "onnx_sequence_under_test", path=MODEL) as loaded:
         yield loaded
-    finally:
-        sys.modules.pop("onnx_sequence_under_test", None)
-        if saved is None:
-            sys.modules.pop(utils.__name__, None)
-        else:
-            sys.modules[utils.__name__] = saved
 
 
 def _model(module: Any, folder: Path, name: str) -> Any:
