@@ -156,7 +156,7 @@ class AsyncClient:
         return await asyncio.wait_for(request, timeout)
 
     async def close(self) -> None:
-        await regions.arelease(self._raw, self._pending)
+        await regions.arelease(self._raw, self._pending, regions.CLOSE_WAIT_S)
         await self._raw.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -217,7 +217,7 @@ class Client:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        regions.release(self._raw, self._pending)
+        regions.release(self._raw, self._pending, regions.CLOSE_WAIT_S)
         for raw in [self._raw, *self._extra]:
             with contextlib.suppress(Exception):
                 raw.close()

@@ -7,7 +7,9 @@ or when it closes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -62,20 +64,35 @@ def _released(plan: Plan) -> Iterator[Region]:
             region.handle = None
 
 
-def release(raw: Any, pending: set[str]) -> None:
-    """Unregister the pending regions the server lets go of now (sync tritonclient client)."""
-    for name in list(pending):
-        with contextlib.suppress(Exception):
-            raw.unregister_system_shared_memory(name)
-            pending.discard(name)
+CLOSE_WAIT_S = 2.0  # how long closing a client waits for the server to let go of its last regions
+POLL_S = 0.01
 
 
-async def arelease(raw: Any, pending: set[str]) -> None:
+def release(raw: Any, pending: set[str], wait_s: float = 0.0) -> None:
+    """Unregister the pending regions the server lets go of (sync tritonclient client), asking again
+    for up to `wait_s`: the server releases a request's regions just after its response is sent."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for name in list(pending):
+            with contextlib.suppress(Exception):
+                raw.unregister_system_shared_memory(name)
+                pending.discard(name)
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(POLL_S)
+
+
+async def arelease(raw: Any, pending: set[str], wait_s: float = 0.0) -> None:
     """`release` for tritonclient's asyncio clients."""
-    for name in list(pending):
-        with contextlib.suppress(Exception):
-            await raw.unregister_system_shared_memory(name)
-            pending.discard(name)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for name in list(pending):
+            with contextlib.suppress(Exception):
+                await raw.unregister_system_shared_memory(name)
+                pending.discard(name)
+        if not pending or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(POLL_S)
 
 
 NOTHING = contextlib.nullcontext(Shared(None))  # no plan, nothing pending: the common path, kept short

@@ -49,6 +49,7 @@ def test_shared_memory_on_and_off_identical(client: Client, triton: Any, batch: 
     assert plain.keys() == shared.keys()
     for name in plain:
         np.testing.assert_array_equal(plain[name], shared[name])
+    client.close()  # the server lets go of a request's regions just after its response
     assert_no_regions(triton)
 
 
@@ -123,6 +124,7 @@ def test_infer_many_in_order(client: Client, triton: Any) -> None:
     results = client.infer_many("simple", requests)
     for inputs, out in zip(requests, results, strict=True):
         np.testing.assert_array_equal(out["OUTPUT1"], expected(inputs)["OUTPUT1"])
+    client.close()
     assert_no_regions(triton)
 
 

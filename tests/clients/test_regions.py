@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as sysshm
 
-from clients.regions import aregistered, registered
+from clients.regions import aregistered, arelease, registered, release
 from clients.shm import Plan, leftover_keys, plan
 from tests.clients._helpers import simple_info, simple_inputs
 
@@ -132,3 +132,17 @@ def test_async_registered_for_the_block_then_removed() -> None:
     np.testing.assert_array_equal(out["OUTPUT1"], arrays["INPUT0"] - arrays["INPUT1"])
     assert [c[0] for c in raw.calls] == ["register", "register", "unregister", "unregister"] * 2
     assert leftover_keys() == []
+
+
+def test_closing_asks_again_until_the_server_lets_go() -> None:
+    raw, pending = Recorder(busy=3), {"a"}
+    release(raw, pending)  # a request's release asks once
+    assert pending == {"a"}
+    release(raw, pending, wait_s=5.0)  # a client's close asks until the server lets go
+    assert pending == set() and raw.calls == [("unregister", "a")] * 4
+
+
+def test_closing_gives_up_at_its_deadline() -> None:
+    raw, pending = AsyncRecorder(busy=10**6), {"a"}
+    asyncio.run(arelease(raw, pending, wait_s=0.05))
+    assert pending == {"a"} and len(raw.calls) > 1
