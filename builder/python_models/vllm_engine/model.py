@@ -18,6 +18,8 @@ A request finding ``max_num_seqs + max_waiting_requests`` requests in flight is 
 Lanes (config parameter ``lanes``) give long jobs engines of their own: a request whose prompt plus
 ``max_tokens`` reaches a lane's ``min_tokens``, whose ``max_tokens`` reaches its ``min_max_tokens`` or
 whose prompt reaches its ``min_prompt_tokens`` runs there, so short requests never queue behind them.
+Each lane's engine gets CPUs of its own (``place_lanes``); where the host cannot give every engine one
+beside the server's, the long lanes run on the default engine at a lower priority instead.
 The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
 request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
@@ -26,6 +28,7 @@ The parsing helpers below import without Triton or vLLM, so tests call them dire
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import locale
@@ -48,6 +51,8 @@ except ImportError:  # pragma: no cover - outside Triton
 
 ENGINE_ARGS_FILE = "model.json"
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+SERVER_CPUS = 1  # left to tritonserver and this stub's threads, as vLLM's own CPU binding leaves one
+FOLDED_PRIORITY = 1  # a lane folded into the default engine runs after the default lane's requests
 REFUSED = "engine is full"  # clients map this phrase to RequestRejected
 RETURNS = (
     *("return_finish_reason", "return_cumulative_logprob", "return_logprobs"),
@@ -318,6 +323,11 @@ class LaneRule:
     min_max_tokens: int | None = None
     min_prompt_tokens: int | None = None
     kv_cache_space_gib: float | None = None  # None: model.json's
+    priority: int = 0  # above 0: no engine of its own, its requests run on the default one at this
+
+    @property
+    def shares_default(self) -> bool:
+        return self.priority > 0
 
     @property
     def thresholds(self) -> tuple[int | None, int | None, int | None]:
@@ -352,6 +362,36 @@ def parse_lanes(text: str) -> list[LaneRule]:
 def route(rules: list[LaneRule], n_prompt: int, max_tokens: int) -> int:
     """The index of the last lane that takes the request (rules[0], the default lane, takes all)."""
     return max((i for i, r in enumerate(rules) if r.takes(n_prompt, max_tokens)), default=0)
+
+
+def place_lanes(rules: list[LaneRule], cpus: list[int]) -> list[LaneRule]:
+    """The lanes with CPUs of their own for each engine (``cpus``), the last SERVER_CPUS left to the
+    server; where too few remain for one per engine, the long lanes folded into the default engine
+    at FOLDED_PRIORITY. Two engines on the same cores make short requests slower, not faster.
+    Rules that name their CPUs or a priority are kept as written."""
+    if len(rules) == 1 or any(r.cpus or r.shares_default for r in rules):
+        return rules
+    usable = sorted(cpus)[: max(0, len(cpus) - SERVER_CPUS)]
+    if len(usable) < len(rules):
+        return [rules[0], *(dataclasses.replace(r, priority=FOLDED_PRIORITY) for r in rules[1:])]
+    share, extra = divmod(len(usable), len(rules))  # the remainder to the default lane, the busiest
+    placed, start = [], 0
+    for i, rule in enumerate(rules):
+        count = share + (extra if i == 0 else 0)
+        placed.append(dataclasses.replace(rule, cpus=",".join(map(str, usable[start : start + count]))))
+        start += count
+    return placed
+
+
+def placement_note(rules: list[LaneRule], cpus: int) -> str:
+    """One line saying where each lane runs."""
+    folded = [r.name for r in rules if r.shares_default]
+    if folded:
+        return (
+            f"lanes: {cpus} CPUs cannot give each of {len(rules)} engines one of its own beside the "
+            f"server's: {', '.join(folded)} run(s) on the default engine at lower priority"
+        )
+    return "lanes: " + ", ".join(f"{r.name} on CPUs {r.cpus or 'auto'}" for r in rules)
 
 
 def lane_engine_args(config: dict[str, Any], rule: LaneRule) -> dict[str, Any]:
@@ -550,9 +590,13 @@ class TritonPythonModel:
         self.families = metric_families()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         waiting = config_parameter(config, "max_waiting_requests", "")
-        self.lanes = [
-            self._lane(r, waiting, labels) for r in parse_lanes(config_parameter(config, "lanes", ""))
-        ]
+        cpus = sorted(os.sched_getaffinity(0))
+        rules = place_lanes(parse_lanes(config_parameter(config, "lanes", "")), cpus)
+        if len(rules) > 1:
+            pb_utils.Logger.log_info(f"vllm_engine: {placement_note(rules, len(cpus))}")
+        if any(r.shares_default for r in rules):
+            self.engine_config["scheduling_policy"] = "priority"
+        self.lanes = [self._lane(r, waiting, labels) for r in rules]
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
         # (job, response, flags); a response of None tells the sending thread to watch the job.
@@ -592,7 +636,10 @@ class TritonPythonModel:
         asyncio.set_event_loop(self.loop)
         try:
             for lane in self.lanes:
-                lane.engine = self.loop.run_until_complete(self._create_engine(lane))
+                own = not lane.rule.shares_default
+                lane.engine = self.loop.run_until_complete(self._create_engine(lane)) if own else None
+            for lane in self.lanes:
+                lane.engine = lane.engine or self.lanes[0].engine
         except BaseException as exc:
             started.put(exc)
             return
@@ -684,7 +731,8 @@ class TritonPythonModel:
         self.outbox.put((job, None, 0))  # watched for cancellation from now on, before any response
         try:
             prompt = {"prompt_token_ids": job.token_ids}
-            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=job.parsed.priority)
+            priority = job.parsed.priority + job.lane.rule.priority
+            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=priority)
             async for out in stream:
                 self._emit(job, out)
         except asyncio.CancelledError:  # the sending thread saw is_cancelled()
@@ -780,7 +828,8 @@ class TritonPythonModel:
         for thread in self.threads:
             thread.join(timeout=5)
         for lane in self.lanes:
-            lane.engine.shutdown()
+            if not lane.rule.shares_default:
+                lane.engine.shutdown()
             lane.engine = None  # AsyncLLM.__del__ shuts down again: let it run now, not at exit
             lane.metrics.close()
         gc.collect()
