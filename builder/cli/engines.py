@@ -1,7 +1,11 @@
 """``tritonforge engines``: TensorRT plans for the gpu target, built on this machine.
 
-Where TensorRT or a GPU is missing it prints one line naming the plans it skipped
-and why, and exits 0 (2 with ``--require-engines``).
+Into a gpu repository already built (the serving image's, with its manifest.json) it puts
+only the plans, built from the stages that build left in the stage cache
+(``builder.deploy.plans``): no factory, export or LLM stage runs there. Where no repository
+is built yet it runs the whole gpu build, plans included. Where TensorRT or a GPU is
+missing it prints one line naming the plans it skipped and why, and exits 0 (2 with
+``--require-engines``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from pathlib import Path
 
 from builder.cli.build import stderr_line
 from builder.cli.summary import render
-from builder.engines.build import EnginesRequired, skip_message
+from builder.deploy.plans import BuiltRepository, build_plans
+from builder.engines.build import EngineSet, EnginesRequired, skip_message
 from builder.engines.detect import detect
 from builder.pipeline import build
 from builder.records import BuildOptions
@@ -46,10 +51,16 @@ def run(args: argparse.Namespace) -> int:
             return EnginesRequired.exit_code
         print(line)
         return 0
-    cache = args.cache or spec_file.parent / ".tritonforge" / "cache"
+    cache = (args.cache or spec_file.parent / ".tritonforge" / "cache").resolve()
     if not args.if_stale:
         for model in spec.models:
             shutil.rmtree(cache / model.name / "engines", ignore_errors=True)
+    built = BuiltRepository.read(args.repo)
+    if built is not None:
+        built.check(spec_file, engine_target().name)
+        engines, _ = build_plans(built, spec, cache, stderr_line, require=args.require_engines)
+        print(plans_table(engines))
+        return 0
     result = build(
         BuildOptions(
             spec_file=spec_file,
@@ -62,3 +73,16 @@ def run(args: argparse.Namespace) -> int:
     )
     print(render(result))
     return 0
+
+
+def plans_table(engines: EngineSet) -> str:
+    """One line per model: the plan it serves, or why none."""
+    lines = []
+    for model, results in engines.results.items():
+        chosen = engines.chosen(model)
+        if chosen is None or chosen.plan is None:
+            why = "; ".join(f"{r.precision.value} {r.status.value}" for r in results) or "nothing to build"
+            lines.append(f"{model}: no plan ({why})")
+        else:
+            lines.append(f"{model}: {chosen.precision.value} plan {chosen.plan}")
+    return "\n".join(lines)

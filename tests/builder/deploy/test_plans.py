@@ -1,0 +1,77 @@
+"""``tritonforge engines`` on a built gpu repository: only the plans go in, from the stages the
+build left in the cache; every other entry stays as published (an entry moved out stays out),
+and a repository or cache that does not fit the spec is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.pipeline import build
+from builder.records import BuildOptions
+from tests.conftest import tree_digest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+DOUBLE_DIR = ROOT / "tests" / "builder" / "engines" / "trt_double"
+MAIN = "import sys; from builder.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def engines(project: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": f"{DOUBLE_DIR}:{ROOT}", "TRT_DOUBLE_GPU": "NVIDIA A10:8.6", "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-c", MAIN, "engines", "--if-stale", "--require-engines"]
+    cmd += ["--spec", str(project / "models.yaml"), "--repo", str(project / "model_repository"), *extra]
+    return subprocess.run(cmd, env=env, cwd=project, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def built(tiny_project: Path) -> Path:
+    """The tiny project's gpu repository as the builder stage leaves it (no TensorRT there),
+    with its ONNX Runtime entry moved out, as the vLLM entries are for the serving image."""
+    repo = tiny_project / "model_repository"
+    build(BuildOptions(spec_file=tiny_project / "models.yaml", repo=repo, target="gpu", log=lambda _: None))
+    moved = tiny_project / "moved_out"
+    (repo / "tiny_onnx").rename(moved)
+    return repo
+
+
+def test_only_the_plans_go_in_and_a_second_start_changes_nothing(built: Path) -> None:
+    before = {p.relative_to(built) for p in built.rglob("*")}
+    started = engines(built.parent)
+    assert started.returncode == 0, started.stderr[-3000:]
+    after = {p.relative_to(built) for p in built.rglob("*")}
+    added = {str(p) for p in after - before}
+    assert added == {"tiny/1/model.plan", "tiny/1/model.plan.json"}, added
+    assert before - after == set() and not (built / "tiny_onnx").exists()
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert set(manifest["models"]["tiny"]["artifacts"]) >= {"tiny/1/model.plan", "tiny/1/model.plan.json"}
+    assert manifest["engines"]["key"]
+    assert (built / "tiny" / "1" / "model.plan").read_bytes().startswith(b"PLAN-DOUBLE")
+
+    digest = tree_digest(built)
+    again = engines(built.parent)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "holds these plans already, skipped" in again.stderr
+    assert tree_digest(built) == digest
+
+
+def test_a_repository_built_from_another_spec_is_refused_in_one_line(built: Path) -> None:
+    spec = built.parent / "models.yaml"
+    spec.write_text(spec.read_text() + "\n# edited after the build\n")
+    refused = engines(built.parent)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]  # one line
+    assert "manifest.json" in refused.stderr and "spec_sha256" in refused.stderr
+    assert not any((built / "tiny" / "1").glob("*.plan"))
+
+
+def test_a_cache_without_the_builds_stages_is_refused_in_one_line(built: Path, tmp_path: Path) -> None:
+    refused = engines(built.parent, "--cache", str(tmp_path / "empty-cache"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]
+    assert "model 'tiny'" in refused.stderr and "not in the stage cache" in refused.stderr
