@@ -86,6 +86,16 @@ def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def llm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """One server with the zoo's LLM (fixtures/llm_repo.py's SHARED_ENGINE) for every module that
+    needs no engine settings of its own. Each test leaves it with no request in flight."""
+    from tests.integration.fixtures.llm_repo import SHARED_ENGINE, SHARED_SETTINGS, llm_server
+
+    with llm_server(tmp_path_factory.mktemp("llm"), SHARED_ENGINE, SHARED_SETTINGS) as server:
+        yield server
+
+
 class ServerCrashed(Exception):
     """The shared tritonserver died during a test, and the test failed again on a fresh one."""
 

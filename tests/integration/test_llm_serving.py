@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -24,19 +24,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder.llm.serving import EngineArgs, SchedulingPolicy, ServingSettings
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
 from clients.generator import AsyncGenerator, Generator
-from tests.integration.fixtures.llm_repo import MODEL, llm_server
+from tests.integration.fixtures.llm_repo import (
+    MODEL,
+    SHARED_MAX_MODEL_LEN,
+    SHARED_MAX_NUM_SEQS,
+    SHARED_MAX_WAITING,
+)
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
-MAX_NUM_SEQS = 8
-MAX_WAITING = 8
+MAX_NUM_SEQS = SHARED_MAX_NUM_SEQS
+MAX_WAITING = SHARED_MAX_WAITING
 BOUND = MAX_NUM_SEQS + MAX_WAITING
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = SHARED_MAX_MODEL_LEN
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = {"max_tokens": 400, "ignore_eos": True}
 FILL_TOKENS = MAX_MODEL_LEN - 16  # as long as the model allows: a filler holds its place until closed
@@ -51,17 +55,9 @@ METRICS = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    engine = EngineArgs(
-        model="checkpoint",  # relative to the version folder, as the build will lay it out
-        dtype="float32",  # bf16 is 2-3x slower on CPUs without avx512_bf16 (measured here)
-        max_model_len=MAX_MODEL_LEN,
-        max_num_seqs=MAX_NUM_SEQS,
-        kv_cache_space_gib=1.0,
-        scheduling_policy=SchedulingPolicy.PRIORITY,
-    )
-    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=MAX_WAITING)) as s:
-        yield s
+def server(llm_triton: TritonServer) -> TritonServer:
+    """The session's shared LLM server (priority scheduling, SHARED_* bounds)."""
+    return llm_triton
 
 
 def _metric(server: TritonServer, name: str) -> float:

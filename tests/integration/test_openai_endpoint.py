@@ -1,5 +1,5 @@
 """The OpenAI-compatible endpoint, called with the official ``openai`` SDK, over the zoo's LLM on a
-real tritonserver (one server and one endpoint for the module: vLLM takes 20-60 s to start)."""
+real tritonserver (the session's shared LLM server, one endpoint for the module)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from builder.llm.serving import EngineArgs, ServingSettings
 from builder.openai_frontend.app import Settings
 from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
-from tests.integration.fixtures.llm_repo import MODEL, llm_server
+from tests.integration.fixtures.llm_repo import MODEL
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +22,9 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4,
-                        kv_cache_space_gib=1.0)  # fmt: skip
-    with llm_server(tmp_path_factory.mktemp("llm"), engine, ServingSettings(max_waiting=4)) as server:
-        yield server
+def triton(llm_triton: TritonServer) -> TritonServer:
+    """The session's shared LLM server."""
+    return llm_triton
 
 
 @pytest.fixture(scope="module")

@@ -147,14 +147,9 @@ def test_prompts_and_their_input_data(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def llm_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """The ``vllm_engine`` model served for real, built as the LLM serving tests build it."""
-    from builder.llm.serving import EngineArgs, ServingSettings
-    from tests.integration.fixtures.llm_repo import llm_server as serve
-
-    engine = EngineArgs(model="checkpoint", max_model_len=512, max_num_seqs=8, kv_cache_space_gib=1.0)
-    with serve(tmp_path_factory.mktemp("llmperf"), engine, ServingSettings(max_waiting=8)) as server:
-        yield server
+def llm_server(llm_triton):  # type: ignore[no-untyped-def]
+    """The ``vllm_engine`` model served for real: the session's shared LLM server."""
+    return llm_triton
 
 
 @pytest.mark.integration
