@@ -28,6 +28,7 @@ from tritonclient.grpc.model_config_pb2 import (
 
 from builder.dtypes import triton_type
 from builder.spec import (
+    FACTORY_PATTERN,
     Batching,
     DType,
     EnsembleSpec,
@@ -118,7 +119,10 @@ def read_config(path: Path) -> ModelConfig:
 
 
 def label_file_name(labels: str) -> str:
-    """The basename a labels file has inside the model folder."""
+    """The basename a labels file has inside the model folder: a file's own, or for a factory
+    (package.module:function returning the labels) the function's name with ``.txt``."""
+    if FACTORY_PATTERN.match(labels):
+        return labels.rpartition(":")[2] + ".txt"
     return PurePosixPath(labels.replace("\\", "/")).name
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.cache import StageResult, file_hash, key_of, tree_hash
-from builder.configs import ensemble_config, write_config
+from builder.configs import ensemble_config, label_file_name, write_config
 from builder.errors import SpecError
 from builder.factories import import_factory
 from builder.publish import clean_leftovers, publish, staging_dir
@@ -57,11 +57,8 @@ def check_references(spec: Spec, spec_file: Path) -> None:
     root = spec_file.parent
     for model in spec.all_models():
         for i, out in enumerate(model.outputs):
-            if out.labels and not (root / out.labels).is_file():
-                raise SpecError(
-                    f"labels file '{out.labels}' not found", file=spec_file, model=model.name,
-                    field=f"outputs[{i}].labels",
-                )  # fmt: skip
+            if out.labels:
+                label_lines(out, spec_file, model.name, f"outputs[{i}].labels")
     for pm in spec.python_models:
         if not (root / pm.path / "model.py").is_file():
             raise SpecError(f"'{pm.path}/model.py' not found", file=spec_file, model=pm.name, field="path")
@@ -78,6 +75,26 @@ def resolve_file(entry: str, spec_file: Path, model: str, field: str) -> Path:
     if not path.is_file():
         raise SpecError(f"'{entry}' ({path}) not found", file=spec_file, model=model, field=field)
     return path
+
+
+def label_lines(out: TensorSpec, spec_file: Path, model: str, field: str) -> list[str]:
+    """An output's labels, one a class: a file's lines, or what a factory returns (a list of str)."""
+    assert out.labels is not None
+    if not FACTORY_PATTERN.match(out.labels):
+        path = spec_file.parent / out.labels
+        if not path.is_file():
+            raise SpecError(f"labels file '{out.labels}' not found", file=spec_file, model=model, field=field)
+        return path.read_text(encoding="utf-8").splitlines()
+    labels = import_factory(out.labels, spec_file.parent, spec_file=spec_file, model=model, field=field)()
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+        raise SpecError(
+            f"'{out.labels}' must return a non-empty list of str", file=spec_file, model=model, field=field
+        )
+    if any("\n" in x for x in labels):
+        raise SpecError(
+            f"'{out.labels}' returned a label with a line break", file=spec_file, model=model, field=field
+        )
+    return labels
 
 
 def write_and_publish(repo_spec: Repository, repo: Path) -> bool:
@@ -114,6 +131,7 @@ def repository_key(r: Repository) -> str:
         [(lb.spec.name, [s.key for s in lb.stages]) for lb in r.llms],
         tree_hash(PYTHON_MODELS),
         [tree_hash(ctx.spec_dir / pm.path) for pm in spec.python_models],
+        [_labels(m.outputs, ctx, m.name) for m in spec.all_models()],
         [
             file_hash(resolve_file(f, ctx.spec_file, pm.name, "files"))
             for pm in spec.python_models
@@ -135,7 +153,7 @@ def _assemble(r: Repository, root: Path) -> Json:
     for ens in r.ctx.spec.ensembles:
         (root / ens.name / "1").mkdir(parents=True)
         write_config(ensemble_config(ens, r.ctx.spec), root / ens.name)
-        _copy_labels(ens.outputs, r.ctx, root / ens.name)
+        _write_labels(ens.outputs, r.ctx, root / ens.name, ens.name)
         models[ens.name] = {"kind": "ensemble", "steps": [s.model for s in ens.steps]}
     return {
         "tritonforge": __version__,
@@ -207,7 +225,7 @@ def _write_entry(
     for name, text in entry.texts.items():
         (version / name).write_text(text, encoding="utf-8")
     write_config(entry.config, model_dir)
-    _copy_labels(outputs, ctx, model_dir)
+    _write_labels(outputs, ctx, model_dir, entry.name)
     return artifacts
 
 
@@ -223,13 +241,21 @@ def _write_python_model(pm: PythonModelSpec, r: Repository, root: Path) -> None:
         path = resolve_file(extra, r.ctx.spec_file, pm.name, f"files[{i}]")
         _link(path, version / path.name)
     write_config(entry.config, root / pm.name)
-    _copy_labels(pm.outputs, r.ctx, root / pm.name)
+    _write_labels(pm.outputs, r.ctx, root / pm.name, pm.name)
 
 
-def _copy_labels(outputs: list[TensorSpec], ctx: BuildContext, model_dir: Path) -> None:
-    for out in outputs:
-        if out.labels:
-            shutil.copy2(ctx.spec_dir / out.labels, model_dir / Path(out.labels).name)
+def _labels(outputs: list[TensorSpec], ctx: BuildContext, model: str) -> dict[str, list[str]]:
+    """Each labelled output's labels file name and content."""
+    return {
+        label_file_name(out.labels): label_lines(out, ctx.spec_file, model, "outputs.labels")
+        for out in outputs
+        if out.labels
+    }
+
+
+def _write_labels(outputs: list[TensorSpec], ctx: BuildContext, model_dir: Path, model: str) -> None:
+    for name, lines in _labels(outputs, ctx, model).items():
+        (model_dir / name).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
 def _link(src: Path, dst: Path) -> None:
