@@ -33,7 +33,8 @@ def convert_fp16(fp32_onnx: Path, out: Path) -> Path:
     with warnings.catch_warnings():
         # One warning per weight below FP16's range; the variant is verified against the source anyway.
         warnings.simplefilter("ignore", UserWarning)
-        half = _casts_match_their_outputs(float16.convert_float_to_float16(model, keep_io_types=True))
+        half = float16.convert_float_to_float16(model, keep_io_types=True)
+        half = _casts_match_their_outputs(_outputs_read_before_their_cast(half))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     onnx.save(half, str(tmp))
@@ -44,6 +45,27 @@ def convert_fp16(fp32_onnx: Path, out: Path) -> Path:
         raise
     os.replace(tmp, out)
     return out
+
+
+def _outputs_read_before_their_cast(model: onnx.ModelProto) -> onnx.ModelProto:
+    """keep_io_types casts a float output back to FLOAT at the end, but nodes that also read that
+    output (a graph returning a tensor and something computed from it) keep reading the FLOAT name
+    beside FLOAT16 operands, which ONNX Runtime refuses: they are made to read the FLOAT16 tensor."""
+    outputs = {o.name for o in model.graph.output}
+    casts = {
+        node.output[0]: node.input[0]
+        for node in model.graph.node
+        if node.op_type == "Cast"
+        and node.output[0] in outputs
+        and node.name.endswith(f"_cast_to_{node.output[0]}")
+    }
+    for node in model.graph.node:
+        if node.op_type == "Cast" and node.output and node.output[0] in casts:
+            continue
+        for i, name in enumerate(node.input):
+            if name in casts:
+                node.input[i] = casts[name]
+    return model
 
 
 def _casts_match_their_outputs(model: onnx.ModelProto) -> onnx.ModelProto:

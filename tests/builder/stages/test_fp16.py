@@ -101,3 +101,27 @@ def test_a_cast_of_an_integer_input_to_float_is_converted_with_its_output(tmp_pa
         for p in (fp32, half)
     )
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_an_output_that_other_nodes_also_read_converts_and_runs(tmp_path: Path) -> None:
+    """A graph returning ``h`` and ``h * 2`` (a model's hidden states and their pooling): the
+    converter's closing Cast of ``h`` to float must not be what the Mul reads."""
+    w = numpy_helper.from_array(RNG.normal(0, 0.3, (8, 8)).astype(np.float32), "w")
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Mul", ["h", "two"], ["doubled"])],
+        "shared_output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", 8]),
+            helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", 8]),
+        ],
+        [w, two],
+    )
+    src = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), src)
+    out = convert_fp16(src, tmp_path / "half.onnx")
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    h, doubled = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(h, x @ numpy_helper.to_array(w), rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(doubled, 2 * h, rtol=1e-2, atol=1e-2)
