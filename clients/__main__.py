@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     embed.add_argument("--model", default="minilm_embed")
     classify = sub.add_parser("classify", help="print the top classes of images")
     classify.add_argument("images", nargs="+")
-    classify.add_argument("--model", default="resnet18_image")
+    classify.add_argument("--model", default="efficientnet_lite0_image")
     classify.add_argument("--top-k", type=int, default=5)
     generate = sub.add_parser("generate", help="stream an LLM's answer to the terminal")
     generate.add_argument("prompt")

@@ -1,4 +1,4 @@
-"""Task clients: text embeddings (`minilm_embed`) and image classification (`resnet18_image`).
+"""Task clients: text embeddings (`minilm_embed`) and image classification (`efficientnet_lite0_image`).
 
 Both find their tensor names in the model's metadata, so they follow the repository, not a copy.
 """
@@ -104,7 +104,11 @@ class Classifier:
     best first, using Triton's classification extension (labels come from the model's label file)."""
 
     def __init__(
-        self, url: str, model: str = "resnet18_image", protocol: str | None = None, **options: Unpack[Options]
+        self,
+        url: str,
+        model: str = "efficientnet_lite0_image",
+        protocol: str | None = None,
+        **options: Unpack[Options],
     ) -> None:
         self.client, self.model = Client(url, protocol, **options), model
 

@@ -16,9 +16,14 @@ import pytest
 from builder.pipeline import build
 from builder.records import BuildOptions, ModelBuild
 from builder.spec import Precision
+from builder.stages.inputs import cpu_has_vnni
 from tests.conftest import ROOT, test_cache_dir
 
 GOLDEN = ROOT / "tests" / "golden"
+# Variants whose INT8 verifies only where ONNX Runtime's INT8 kernels have VNNI (cpu_has_vnni:
+# the same flag the INT8 recipe reads): elsewhere they are not published. The golden copy is
+# written on a CPU with VNNI.
+VNNI_ONLY = {"efficientnet_lite0_int8/config.pbtxt"}
 pytestmark = pytest.mark.slow
 
 
@@ -50,8 +55,12 @@ def test_zoo_configs_match_golden(target: str, tmp_path: Path, monkeypatch: pyte
     produced = configs(repo)
     golden_dir = GOLDEN / target
     if os.environ.get("TRITONFORGE_UPDATE_GOLDEN") == "1":
+        assert cpu_has_vnni(), "regenerate the golden configs on a CPU with VNNI (see VNNI_ONLY)"
         shutil.rmtree(golden_dir, ignore_errors=True)
         for rel, text in produced.items():
             (golden_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (golden_dir / rel).write_text(text)
-    assert produced == configs(golden_dir)
+    expected = configs(golden_dir)
+    if not cpu_has_vnni():
+        expected = {name: text for name, text in expected.items() if name not in VNNI_ONLY}
+    assert produced == expected
