@@ -22,6 +22,14 @@ Each lane's engine gets CPUs of its own (``place_lanes``); where the host cannot
 beside the server's, the long lanes run on the default engine at a lower priority instead.
 The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
 request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
+Unloading drains, as Triton's vLLM backend does: requests in flight run to their end and their final
+responses go out before the engines stop. A helper thread that meets an error logs it and goes on;
+one that dies, or an engine whose core process died, makes the model answer UNAVAILABLE, and with
+the config parameter ``ENABLE_VLLM_HEALTH_CHECK`` (that backend's) unload itself, so that it stops
+being READY (a model can unload itself only under explicit model control).
+Metrics: those of Triton's vLLM backend (``vllm:prompt_tokens_total``, ``vllm:e2e_request_latency_seconds``
+..., with its buckets and its labels, model and version), ``vllm:kv_cache_usage_perc``
+(vLLM's own name) and ``tritonforge:requests_refused_total``, on Triton's metrics port.
 The parsing helpers below import without Triton or vLLM, so tests call them directly.
 """
 
@@ -36,6 +44,7 @@ import os
 import queue
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,8 +90,8 @@ SAMPLING_FIELDS = frozenset(
 )
 DEFAULT_MAX_TOKENS = 16  # vLLM's own default
 WATCH_PERIOD = 0.05  # seconds between cancellation checks (on the sending thread)
-TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
-TPOT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5]
+HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"  # the config parameter of Triton's vLLM backend
+UNHEALTHY = "Model is unavailable due to unhealthy vLLM engine"  # that backend's words
 
 
 class BadRequest(ValueError):
@@ -474,62 +483,188 @@ def error(message: str, code: Any = None) -> Any:
 # -- metrics ---------------------------------------------------------------------------------------
 
 
-def metric_families() -> list[Any] | None:
-    """The custom metric families; None when the server has metrics off."""
+# Triton's vLLM backend's metrics (its src/utils/metrics.py): the names, buckets and labels (model,
+# version) its users' dashboards read. Histograms without buckets here take vLLM's 1-2-5 series up
+# to max_model_len, as there.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+PHASE_BUCKETS = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
+    *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+N_BUCKETS = (1, 2, 5, 10, 20)
+STEP_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+MAX_PENDING_UPDATES = 10_000  # engine steps whose metrics wait for the metrics thread; then dropped
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    description: str
+    kind: str  # a pb_utils.MetricFamily kind: COUNTER, GAUGE or HISTOGRAM
+    buckets: tuple[float, ...] | None = None  # histograms only; None: 1-2-5 up to max_model_len
+
+
+def _histogram(name: str, description: str, buckets: tuple[float, ...] | None = None) -> MetricSpec:
+    return MetricSpec(name, description, "HISTOGRAM", buckets)
+
+
+METRICS = (
+    MetricSpec("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "COUNTER"),
+    MetricSpec("vllm:generation_tokens_total", "Number of generation tokens processed.", "COUNTER"),
+    MetricSpec("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", "COUNTER"),
+    _histogram(
+        "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", STEP_TOKEN_BUCKETS
+    ),
+    _histogram(
+        "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+    ),
+    _histogram(
+        "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", TPOT_BUCKETS
+    ),
+    _histogram(
+        "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", E2E_BUCKETS
+    ),
+    _histogram("vllm:request_queue_time_seconds", "Time spent in WAITING phase for request.", PHASE_BUCKETS),
+    _histogram(
+        "vllm:request_inference_time_seconds", "Time spent in RUNNING phase for request.", PHASE_BUCKETS
+    ),
+    _histogram(
+        "vllm:request_prefill_time_seconds", "Time spent in PREFILL phase for request.", PHASE_BUCKETS
+    ),
+    _histogram("vllm:request_decode_time_seconds", "Time spent in DECODE phase for request.", PHASE_BUCKETS),
+    _histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed."),
+    _histogram("vllm:request_generation_tokens", "Number of generation tokens processed."),
+    _histogram("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS),
+    _histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter."),
+    MetricSpec("vllm:num_requests_running", "Number of requests currently running.", "GAUGE"),
+    MetricSpec("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "GAUGE"),
+    MetricSpec("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "GAUGE"),
+    # vLLM's own name for the same figure since its V1 engine, as its OpenAI server exports it.
+    MetricSpec("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "GAUGE"),
+    MetricSpec("tritonforge:requests_refused_total", "Requests refused: engine full", "COUNTER"),
+)
+REFUSED_METRIC = "tritonforge:requests_refused_total"
+KINDS = {spec.name: spec.kind for spec in METRICS}
+
+
+def metric_families() -> dict[str, Any] | None:
+    """The custom metric families by name; None when the server has metrics off."""
     family = pb_utils.MetricFamily
     try:
-        return [
-            family("vllm:time_to_first_token_seconds", "Time to first token (s)", family.HISTOGRAM),
-            family("vllm:time_per_output_token_seconds", "Time per output token (s)", family.HISTOGRAM),
-            family("vllm:num_requests_running", "Requests running in the engine", family.GAUGE),
-            family("vllm:num_requests_waiting", "Requests waiting in the engine", family.GAUGE),
-            family("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (0-1)", family.GAUGE),
-            family("tritonforge:requests_refused_total", "Requests refused: engine full", family.COUNTER),
-        ]
+        return {
+            spec.name: family(spec.name, spec.description, getattr(family, spec.kind)) for spec in METRICS
+        }
     except Exception as exc:  # "metrics not supported" when started with --allow-metrics=false
         pb_utils.Logger.log_warn(f"vllm_engine: custom metrics off ({exc})")
         return None
+
+
+def metric_buckets(spec: MetricSpec, max_model_len: int) -> list[float]:
+    from vllm.v1.metrics.buckets import build_1_2_5_buckets
+
+    return list(spec.buckets) if spec.buckets is not None else list(build_1_2_5_buckets(max_model_len))
+
+
+def stat_updates(scheduler: Any, iteration: Any) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """One engine step's figures, as Triton's vLLM backend reports them: the gauges' values and
+    the (metric, value) pairs that counters add and histograms observe."""
+    gauges: dict[str, float] = {}
+    if scheduler is not None:
+        gauges["vllm:num_requests_running"] = scheduler.num_running_reqs
+        gauges["vllm:num_requests_waiting"] = scheduler.num_waiting_reqs
+        gauges["vllm:gpu_cache_usage_perc"] = gauges["vllm:kv_cache_usage_perc"] = scheduler.kv_cache_usage
+    if iteration is None:
+        return gauges, []
+    prompt, generated = iteration.num_prompt_tokens, iteration.num_generation_tokens
+    counts = [
+        ("vllm:prompt_tokens_total", prompt),
+        ("vllm:generation_tokens_total", generated),
+        ("vllm:num_preemptions_total", iteration.num_preempted_reqs),
+        ("vllm:iteration_tokens_total", prompt + generated),
+    ]
+    added = [(name, value) for name, value in counts if value]
+    added += [("vllm:time_to_first_token_seconds", t) for t in iteration.time_to_first_tokens_iter]
+    added += [("vllm:time_per_output_token_seconds", t) for t in iteration.inter_token_latencies_iter]
+    added += [("vllm:request_params_n", n) for n in iteration.n_params_iter]
+    for done in iteration.finished_requests:
+        added += [
+            ("vllm:e2e_request_latency_seconds", done.e2e_latency),
+            ("vllm:request_queue_time_seconds", done.queued_time),
+            ("vllm:request_inference_time_seconds", done.inference_time),
+            ("vllm:request_prefill_time_seconds", done.prefill_time),
+            ("vllm:request_decode_time_seconds", done.decode_time),
+            ("vllm:request_prompt_tokens", done.num_prompt_tokens),
+            ("vllm:request_generation_tokens", done.num_generation_tokens),
+        ]
+        if done.max_tokens_param is not None:
+            added.append(("vllm:request_params_max_tokens", done.max_tokens_param))
+    return gauges, added
 
 
 class Metrics:
     """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off.
 
     Each update is a round trip to the server: a thread of its own makes them, so the engine's
-    event loop (which calls ``record`` every step) never waits for one.
+    event loop (which calls ``record`` every step) never waits for one. An update that fails is
+    logged and the thread goes on; past MAX_PENDING_UPDATES waiting steps, new ones are dropped
+    (and counted), so a stalled thread never grows memory without bound.
     """
 
-    def __init__(self, families: list[Any] | None, labels: dict[str, str]) -> None:
-        self.on = families is not None
-        self.updates: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
-        if families is None:
+    def __init__(self, families: dict[str, Any] | None, labels: dict[str, str]) -> None:
+        self.families, self.labels = families, labels
+        self.on = False
+        self.updates: queue.Queue[tuple[Any, Any] | None] = queue.Queue(MAX_PENDING_UPDATES)
+        self.metrics: dict[str, Any] = {}
+        self.gauges: dict[str, float] = {}  # the values last set: a gauge is set only when it moves
+        self.dropped = self.failed = 0
+        self.refused = None if families is None else families[REFUSED_METRIC].Metric(labels=labels)
+
+    def start(self, max_model_len: int) -> None:
+        """The engine's metrics (its stat logger starts them, knowing max_model_len)."""
+        if self.families is None or self.on:
             return
-        ttft, tpot, *rest = families
-        self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
-        self.tpot = tpot.Metric(labels=labels, buckets=TPOT_BUCKETS)
-        self.running, self.waiting, self.kv_usage, self.refused = (f.Metric(labels=labels) for f in rest)
+        for spec in METRICS:
+            if spec.name != REFUSED_METRIC:
+                extra = {"buckets": metric_buckets(spec, max_model_len)} if spec.kind == "HISTOGRAM" else {}
+                self.metrics[spec.name] = self.families[spec.name].Metric(labels=self.labels, **extra)
         self.thread = threading.Thread(target=self._update_loop, name="vllm-metrics", daemon=True)
+        self.on = True
         self.thread.start()
 
     def record(self, scheduler: Any, iteration: Any) -> None:
         if not self.on:
             return
-        gauges = None
-        if scheduler is not None:
-            gauges = (scheduler.num_running_reqs, scheduler.num_waiting_reqs, scheduler.kv_cache_usage)
-        ttfts = list(iteration.time_to_first_tokens_iter) if iteration is not None else []
-        itls = list(iteration.inter_token_latencies_iter) if iteration is not None else []
-        self.updates.put((gauges, ttfts, itls))
+        try:
+            self.updates.put_nowait((scheduler, iteration))
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1:
+                pb_utils.Logger.log_error(
+                    f"vllm_engine: metrics thread {MAX_PENDING_UPDATES} steps behind: dropping updates"
+                )
 
     def _update_loop(self) -> None:
         while (update := self.updates.get()) is not None:
-            gauges, ttfts, itls = update
-            if gauges is not None:
-                for metric, value in zip((self.running, self.waiting, self.kv_usage), gauges, strict=True):
-                    metric.set(value)
-            for value in ttfts:
-                self.ttft.observe(value)
-            for value in itls:
-                self.tpot.observe(value)
+            try:
+                self._apply(*update)
+            except Exception:
+                self.failed += 1
+                if self.failed == 1:  # the first in full; the count at close()
+                    pb_utils.Logger.log_error(f"vllm_engine: metrics update failed: {traceback.format_exc()}")
+
+    def _apply(self, scheduler: Any, iteration: Any) -> None:
+        gauges, added = stat_updates(scheduler, iteration)
+        for name, value in gauges.items():
+            if self.gauges.get(name) != value:
+                self.metrics[name].set(value)
+                self.gauges[name] = value
+        for name, value in added:
+            if KINDS[name] == "COUNTER":
+                self.metrics[name].increment(value)
+            else:
+                self.metrics[name].observe(value)
 
     def close(self) -> None:
         """Metrics go before their families (the stub insists on that order)."""
@@ -537,10 +672,14 @@ class Metrics:
             self.on = False
             self.updates.put(None)
             self.thread.join(timeout=5)
-            self.ttft = self.tpot = self.running = self.waiting = self.kv_usage = self.refused = None
+        if self.failed or self.dropped:
+            pb_utils.Logger.log_warn(
+                f"vllm_engine: {self.failed} metrics updates failed, {self.dropped} dropped"
+            )
+        self.metrics, self.refused, self.families = {}, None, None
 
     def count_refusal(self) -> None:
-        if self.on:
+        if self.refused is not None:
             self.refused.increment(1)
 
 
@@ -550,7 +689,7 @@ def stat_logger_factory(metrics: Metrics) -> Any:
 
     class TritonStatLogger(StatLoggerBase):  # type: ignore[misc]
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            pass
+            metrics.start(int(vllm_config.model_config.max_model_len))
 
         def record(self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any) -> None:
             metrics.record(scheduler_stats, iteration_stats)
@@ -599,12 +738,18 @@ class TritonPythonModel:
         self.lanes = [self._lane(r, waiting, labels) for r in rules]
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)  # notified as each job posts its final response
         # (job, response, flags); a response of None tells the sending thread to watch the job.
         self.outbox: queue.Queue[tuple[Job, Any, int] | None] = queue.Queue()
+        self.name = args["model_name"]
+        self.health_check = config_parameter(config, HEALTH_CHECK, "false").lower() == "true"
+        self.failure: str | None = None  # why the model cannot serve (the engine or a thread died)
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
-        self.threads = [threading.Thread(target=self._send_loop, name="vllm-send", daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._guarded, args=(self._send_loop,), name="vllm-send", daemon=True)
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -614,7 +759,9 @@ class TritonPythonModel:
             extra = int(waiting) if waiting else seqs
         else:
             extra = seqs if rule.max_waiting is None else rule.max_waiting
-        return Lane(rule, seqs + extra, Metrics(self.families, {**labels, "lane": rule.name}))
+        # The default lane has the labels of Triton's vLLM backend (model, version); others add theirs.
+        own = labels if rule.name == "default" else {**labels, "lane": rule.name}
+        return Lane(rule, seqs + extra, Metrics(self.families, own))
 
     def _start_engines(self) -> None:
         from vllm.tokenizers import get_tokenizer
@@ -644,7 +791,7 @@ class TritonPythonModel:
             started.put(exc)
             return
         started.put(None)
-        self.loop.run_forever()
+        self._guarded(self.loop.run_forever)
 
     async def _create_engine(self, lane: Lane) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -667,6 +814,11 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if self.failure is not None:  # as Triton's vLLM backend answers once its engine is unhealthy
+            for request in requests:
+                unavailable = error(UNHEALTHY, pb_utils.TritonError.UNAVAILABLE)
+                request.get_response_sender().send(unavailable, flags=final)
+            return None
         for request in requests:
             sender = request.get_response_sender()
             try:
@@ -774,28 +926,61 @@ class TritonPythonModel:
             with self.lock:
                 self.jobs.pop(job.id, None)
                 job.lane.inflight -= 1
+                self.outbox.put((job, reply, flags))  # queued before finalize() can see no jobs
+                self.idle.notify_all()
+            return
         self.outbox.put((job, reply, flags))
 
     # -- threads --
 
+    def _guarded(self, run: Callable[[], None]) -> None:
+        """Run a helper thread's loop; should it ever raise, say why and stop serving (UNAVAILABLE,
+        and unloaded with the health check on) rather than leave requests waiting on a dead thread."""
+        try:
+            run()
+        except BaseException as exc:
+            pb_utils.Logger.log_error(f"vllm_engine: {traceback.format_exc()}")
+            self._fail(f"thread {threading.current_thread().name} stopped ({type(exc).__name__}: {exc})")
+
+    def _fail(self, reason: str) -> None:
+        """From now on refuse requests as UNAVAILABLE; with ENABLE_VLLM_HEALTH_CHECK, unload the
+        model (as Triton's vLLM backend does) so that it stops being READY."""
+        with self.lock:
+            if self.failure is not None:
+                return
+            self.failure = reason
+        pb_utils.Logger.log_error(f"vllm_engine: {reason}: {UNHEALTHY.lower()}")
+        if not self.health_check:
+            return
+        try:
+            pb_utils.unload_model(self.name)  # returns at once; finalize() comes once requests end
+        except Exception as exc:  # only explicit model control lets a model unload itself
+            pb_utils.Logger.log_error(f"vllm_engine: model '{self.name}' cannot unload itself ({exc})")
+
     def _send_loop(self) -> None:
         """Send every response; every WATCH_PERIOD, ask the requests not finished yet whether they
-        were cancelled. Only this thread uses a sender once execute() returned, and never after
-        sending its final response, so none is used after python_backend has freed it."""
+        were cancelled, and check that the engines live. Only this thread uses a sender once
+        execute() returned, and never after sending its final response, so none is used after
+        python_backend has freed it. An error in one step is logged and the loop goes on."""
         watched: dict[str, Job] = {}  # admitted, final response not sent yet: this thread's own
         next_check = time.monotonic() + WATCH_PERIOD
         while True:
+            item: tuple[Job, Any, int] | tuple[()] | None
             try:
                 item = self.outbox.get(timeout=max(0.0, next_check - time.monotonic()))
             except queue.Empty:
-                pass
-            else:
-                if item is None:  # finalize()
-                    return
-                self._handle(item, watched)
-            if time.monotonic() >= next_check:
-                self._check_cancelled(watched)
-                next_check = time.monotonic() + WATCH_PERIOD
+                item = ()
+            if item is None:  # finalize()
+                return
+            try:
+                if item:
+                    self._handle(item, watched)
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + WATCH_PERIOD
+                    self._check_cancelled(watched)
+                    self._check_engines()
+            except Exception:
+                pb_utils.Logger.log_error(f"vllm_engine: sending thread: {traceback.format_exc()}")
 
     def _handle(self, item: tuple[Job, Any, int], watched: dict[str, Job]) -> None:
         job, reply, flags = item
@@ -811,22 +996,31 @@ class TritonPythonModel:
 
     def _check_cancelled(self, watched: dict[str, Job]) -> None:
         for job in list(watched.values()):
-            if job.sender.is_cancelled():
+            try:
+                cancelled = job.sender.is_cancelled()
+            except Exception as exc:  # its sender is unusable: stop asking, let it run to its end
+                del watched[job.id]
+                pb_utils.Logger.log_warn(f"vllm_engine: is_cancelled() of {job.id} failed ({exc})")
+                continue
+            if cancelled:
                 del watched[job.id]  # its final response (CANCELLED) is still to come
                 self.loop.call_soon_threadsafe(job.task.cancel)
 
+    def _check_engines(self) -> None:
+        """An engine whose core process died (vLLM's own monitor marks it) fails the model."""
+        dead = [lane.rule.name for lane in self.lanes if lane.engine is not None and lane.engine.errored]
+        if dead and self.failure is None:
+            self._fail(f"the vLLM engine of lane(s) {', '.join(dead)} died")
+
     def finalize(self) -> None:
-        with self.lock:
-            jobs = list(self.jobs.values())
-        for job in jobs:
-            if job.task is not None:
-                self.loop.call_soon_threadsafe(job.task.cancel)
-        time.sleep(0.2)  # let the cancelled jobs post their final responses
-        self.outbox.put(None)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.loop_thread.join(timeout=10)
+        """As Triton's vLLM backend: the requests in flight run to their end and their final
+        responses go out, then the threads and the engines stop."""
+        self._drain()
+        self.outbox.put(None)  # after every final response
         for thread in self.threads:
             thread.join(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop_thread.join(timeout=10)
         for lane in self.lanes:
             if not lane.rule.shares_default:
                 lane.engine.shutdown()
@@ -834,3 +1028,17 @@ class TritonPythonModel:
             lane.metrics.close()
         gc.collect()
         self.families = None  # after their metrics
+
+    def _drain(self) -> None:
+        """Wait for the requests in flight; cancel them only when nothing can finish them (the
+        engine or the event loop died)."""
+        with self.idle:
+            while self.jobs and self.failure is None and self.loop_thread.is_alive():
+                pb_utils.Logger.log_info(f"vllm_engine: awaiting {len(self.jobs)} requests in flight")
+                self.idle.wait(timeout=1.0)
+            left = [job.task for job in self.jobs.values() if job.task is not None]
+        if left and self.loop_thread.is_alive():
+            for task in left:
+                self.loop.call_soon_threadsafe(task.cancel)
+            with self.idle:
+                self.idle.wait_for(lambda: not self.jobs, timeout=5.0)

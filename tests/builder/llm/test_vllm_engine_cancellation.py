@@ -4,7 +4,6 @@ sender, the engine and ``triton_python_backend_utils`` (none exist outside trito
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
@@ -13,52 +12,7 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-
-FINAL = 1
-WAIT = 10.0  # seconds: only a failing test waits this long
-
-
-class FakePbUtils:
-    """Test double of triton_python_backend_utils: the names the model's response path uses."""
-
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
-
-    class TritonError:
-        INVALID_ARG, INTERNAL, CANCELLED, UNAVAILABLE = "INVALID_ARG", "INTERNAL", "CANCELLED", "UNAVAILABLE"
-
-        def __init__(self, message: str, code: str) -> None:
-            self.message, self.code = message, code
-
-    class InferenceResponse:
-        def __init__(self, output_tensors: Any = None, error: Any = None) -> None:
-            self.output_tensors, self.error = output_tensors, error
-
-    class Logger:
-        @staticmethod
-        def log_warn(message: str) -> None:
-            pass
-
-
-class RecordingSender:
-    """Test double of a response sender that records which thread called it, and when."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.final_sent = threading.Event()
-        self.asked = threading.Event()
-        self.calls: list[tuple[str, str, bool]] = []  # (call, thread name, after the final response)
-        self.replies: list[Any] = []
-
-    def send(self, reply: Any, flags: int = 0) -> None:
-        self.calls.append(("send", threading.current_thread().name, self.final_sent.is_set()))
-        self.replies.append(reply)
-        if flags & FINAL:
-            self.final_sent.set()
-
-    def is_cancelled(self) -> bool:
-        self.calls.append(("is_cancelled", threading.current_thread().name, self.final_sent.is_set()))
-        self.asked.set()
-        return self.cancelled
+from tests.builder.fixtures.vllm_engine import FINAL, WAIT, FakePbUtils, RecordingSender, running_model
 
 
 class PendingEngine:
@@ -69,6 +23,7 @@ class PendingEngine:
         self.lane = lane
         self.registered = threading.Event()
         self.aborted: list[tuple[str, int]] = []  # (request id, requests in flight at the abort)
+        self.errored = False
 
     async def generate(
         self, prompt: Any, params: Any, request_id: str, priority: int = 0
@@ -85,19 +40,8 @@ class PendingEngine:
 def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[m.TritonPythonModel]:
     """The model's request state and its sending thread, without Triton or an engine."""
     monkeypatch.setattr(m, "pb_utils", FakePbUtils)
-    model = object.__new__(m.TritonPythonModel)
-    model.jobs, model.lock, model.outbox = {}, threading.Lock(), queue.Queue()
-    model.loop = asyncio.new_event_loop()
-    loop_thread = threading.Thread(target=model.loop.run_forever, daemon=True)
-    loop_thread.start()
-    sender_thread = threading.Thread(target=model._send_loop, name="vllm-send", daemon=True)
-    sender_thread.start()
-    yield model
-    model.outbox.put(None)
-    sender_thread.join(WAIT)
-    model.loop.call_soon_threadsafe(model.loop.stop)
-    loop_thread.join(WAIT)
-    model.loop.close()
+    with running_model() as model:
+        yield model
 
 
 def job(sender: RecordingSender, lane: m.Lane | None = None) -> m.Job:
