@@ -18,6 +18,9 @@ from tests.clients._helpers import assert_no_regions
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
 PROTOCOL = ["grpc"]
+PHOTOS = ROOT / "calibration" / "resnet18" / "eval"
+CAT_PHOTO, COFFEE_PHOTO = PHOTOS / "eval_003_chelsea.jpg", PHOTOS / "eval_016_coffee.jpg"
+CATS = {"tabby, tabby cat", "tiger cat", "Egyptian cat"}  # ImageNet's names for house cats
 
 
 def served(triton: Any, model: str) -> bool:
@@ -68,6 +71,9 @@ def test_classifier(triton: Any, protocol: str, url: str, images: list[Path]) ->
         assert same[0] == same[1] == results[0][:3]
         array = np.asarray(Image.open(images[0]))
         assert classifier.classify(array, top_k=1)[0][0].index == results[0][0].index
+        # the zoo's classifier has ImageNet weights and names: its photos get their real classes
+        cat, coffee = classifier.classify([CAT_PHOTO, COFFEE_PHOTO], top_k=1)
+        assert cat[0].label in CATS and coffee[0].label == "espresso", (cat, coffee)
     assert_no_regions(triton)
 
 
@@ -90,6 +96,9 @@ def test_command_line(triton: Any, url: str, protocol: str, images: list[Path], 
     assert out["OUTPUT0"][1][0] == 17 and out["OUTPUT1"][0][15] == 14
     shown = cli("-u", url, "classify", str(images[0]), "--top-k", "2")
     assert shown.returncode == 0 and shown.stdout.startswith(str(images[0]) + ": "), shown.stderr
+    cat = cli("-u", url, "classify", str(CAT_PHOTO), "--top-k", "1")
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout.startswith(f"{CAT_PHOTO}: ") and any(name in cat.stdout for name in CATS), cat.stdout
     missing = cli("-u", url, "metadata", "no_such_model")
     assert missing.returncode == 1 and "ModelNotFound" in missing.stderr
     vectors = json.loads(cli("-u", url, "embed", "hello", "world").stdout)

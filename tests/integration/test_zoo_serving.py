@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 
 from builder.python_models.image_preprocess.model import preprocess_image
 from builder.server import TritonServer
-from builder.spec import load_spec
+from builder.spec import Precision, load_spec
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +90,56 @@ def test_classification_extension_returns_labelled_top_k(client: grpcclient.Infe
     scores = [float(score) for score, _, _ in top]
     assert scores == sorted(scores, reverse=True)
     assert all(label == f"class_{int(index):03d}" for _, index, label in top)
+
+
+def test_efficientnet_ensemble_agrees_with_the_pytorch_model_on_the_photos(
+    client: grpcclient.InferenceServerClient, zoo_repo: Path
+) -> None:
+    """Served bytes-in ensemble = the reader's preprocessing + the served variant in process, and
+    meets the served variant's tolerance (cosine and top-1) against the PyTorch model."""
+    import torch
+
+    from builder.stages.verify import output_metrics
+    from zoo.efficientnet import PREPROCESSING, efficientnet_lite0
+
+    images = np.array([[p.read_bytes()] for p in EVAL_IMAGES], dtype=np.object_)
+    (logits,) = infer(client, "efficientnet_lite0_image", {"IMAGE": images}, ["LOGITS"])
+    pixels = np.stack([preprocess_image(p.read_bytes(), PREPROCESSING) for p in EVAL_IMAGES])
+    (local,) = in_process(zoo_repo, "efficientnet_lite0", {"input": pixels})
+    np.testing.assert_allclose(logits, local, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        reference = efficientnet_lite0()(torch.from_numpy(pixels)).numpy()
+    served = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]["served"]
+    tolerance = load_spec(ROOT / "models.yaml").model("efficientnet_lite0").tolerances[Precision(served)]
+    metrics = output_metrics(reference, logits)
+    assert tolerance.top1 is not None, "every variant of the classifier is held to a top-1 agreement"
+    for field in ("top1", "min_cosine", "mean_cosine"):
+        got, limit = getattr(metrics, field), getattr(tolerance, field)
+        assert limit is None or got >= limit - 1e-6, (served, field, got, limit)
+
+
+def test_efficientnet_labels_the_cat_photo_a_cat(client: grpcclient.InferenceServerClient) -> None:
+    from zoo.efficientnet import CAT_PHOTO
+
+    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[CAT_PHOTO.read_bytes()]], dtype=np.object_))
+    wanted = grpcclient.InferRequestedOutput("LOGITS", class_count=1)
+    (entry,) = client.infer("efficientnet_lite0_image", [tensor], outputs=[wanted]).as_numpy("LOGITS")[0]
+    _, index, label = entry.decode().split(":", 2)
+    assert label in {"tabby, tabby cat", "tiger cat", "Egyptian cat"} and int(index) in {281, 282, 285}
+
+
+def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -> None:
+    """FP16 and INT8 are verified by top-1 agreement besides cosine; INT8 passes with ONNX Runtime's
+    8-bit weights (VNNI) and fails with the 7-bit weights it needs elsewhere (cpu_has_vnni)."""
+    from builder.stages.inputs import cpu_has_vnni
+
+    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]
+    expected = {"fp32", "fp16", "int8"} if cpu_has_vnni() else {"fp32", "fp16"}
+    assert set(entry["published"].values()) == expected and entry["served"] == "fp32"
+    for precision in ("fp16", "int8"):
+        metrics = entry["verification"][precision]["metrics"]["logits"]
+        assert metrics["top1"] is not None and metrics["min_cosine"] is not None
+    assert entry["verification"]["fp16"]["metrics"]["logits"]["top1"] == 1.0
+    if not cpu_has_vnni():
+        assert any("top1" in f for f in entry["verification"]["int8"]["failures"])
