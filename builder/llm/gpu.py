@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
+from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, HEALTH_CHECK, add_tensors
 from builder.spec.llm import LLMSpec
 
 ENGINE_ARGS_FILE = "model.json"
@@ -39,6 +39,7 @@ def gpu_config(spec: LLMSpec) -> ModelConfig:
     add_tensors(cfg, BACKEND_INPUTS, BACKEND_OUTPUTS)
     # vLLM's engine statistics as Triton custom metrics (needs disable_log_stats false).
     cfg.parameters["REPORT_CUSTOM_METRICS"].string_value = "true"
+    cfg.parameters[HEALTH_CHECK].string_value = "true"
     return cfg
 
 

@@ -47,6 +47,9 @@ LOCAL_INPUTS = (
     Tensor("priority", "TYPE_INT32"),
 )
 LOCAL_OUTPUTS = BACKEND_OUTPUTS
+# Triton's vLLM-backend config parameter: a model whose engine died stops serving and unloads itself
+# (with explicit model control), so that it stops being READY. Both LLM models honour it.
+HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
 
 
 def add_tensors(cfg: ModelConfig, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
+from builder.llm.interface import HEALTH_CHECK, LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
 from builder.spec.llm import Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
@@ -171,6 +171,7 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         instance_group=[ModelInstanceGroup(kind=ModelInstanceGroup.KIND_CPU, count=1)],
     )
     add_tensors(cfg, LOCAL_INPUTS, LOCAL_OUTPUTS)
+    cfg.parameters[HEALTH_CHECK].string_value = "true"
     if settings.max_waiting is not None:
         cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
     if settings.lanes:

@@ -56,6 +56,7 @@ def test_config_round_trips_through_text_format() -> None:
     assert {"sampling_parameters", "exclude_input_in_output", "return_num_output_tokens"} <= set(inputs)
     assert {o.name for o in parsed.output} >= {"text_output", "finish_reason", "num_input_tokens"}
     assert parsed.parameters["REPORT_CUSTOM_METRICS"].string_value == "true"
+    assert parsed.parameters["ENABLE_VLLM_HEALTH_CHECK"].string_value == "true"  # dead engine: unloaded
 
 
 def test_model_json_takes_the_gpu_section() -> None:

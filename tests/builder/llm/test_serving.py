@@ -86,8 +86,10 @@ def test_local_config_is_decoupled_python_without_triton_batching() -> None:
     assert text_format.Parse(text_format.MessageToString(cfg), ModelConfig()) == cfg
 
 
-def test_local_config_without_settings_has_no_parameters() -> None:
-    assert not local_config("chat").parameters
+def test_local_config_without_settings_has_only_the_health_check() -> None:
+    parameters = local_config("chat").parameters
+    assert dict(parameters) == {"ENABLE_VLLM_HEALTH_CHECK": parameters["ENABLE_VLLM_HEALTH_CHECK"]}
+    assert parameters["ENABLE_VLLM_HEALTH_CHECK"].string_value == "true"
 
 
 def test_serving_settings_refuse_a_negative_bound() -> None:
