@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from builder.dtypes import to_numpy
 from builder.errors import DataError
 from builder.factories import import_factory
-from builder.spec import DataSpec, DType, ModelSpec, TensorSpec
+from builder.spec import DataSpec, DType, ModelSpec, Task, TensorSpec
 
 # Exceptions a user's reader raises for bad data; turned into one-line DataErrors.
 _READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
@@ -32,6 +32,8 @@ def load_samples(
         raise DataError("data not found", file=path, model=model.name, field=f"{section}.data")
     if data.reader is not None:
         arrays = _from_reader(data, model, path, spec_dir, spec_file, section)
+    elif model.task is not None and path is not None and path.suffix != ".npz":
+        arrays = _from_checkpoint(model, path, spec_dir, section)
     else:
         assert path is not None  # DataSpec requires data or reader
         arrays = _from_npz(path, model.name, section)
@@ -61,6 +63,53 @@ def _from_reader(
             field=field,
         )
     return arrays
+
+
+def _from_checkpoint(model: ModelSpec, path: Path, spec_dir: Path, section: str) -> dict[str, NDArray[Any]]:
+    """Texts (one a line) or images (a folder of them) read as the checkpoint's own tokenizer or
+    image processor reads them."""
+    field = f"{section}.data"
+    try:
+        if model.task is Task.IMAGE_CLASSIFICATION:
+            files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+            return checkpoint_pixels(model, [f.read_bytes() for f in files], spec_dir)
+        lines = path.read_text(encoding="utf-8").splitlines()
+        texts = [line for line in lines if line.strip() and not line.startswith("#")]
+        return checkpoint_tokens(model, texts, spec_dir)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        what = "a folder of images" if model.task is Task.IMAGE_CLASSIFICATION else "a text file, one a line"
+        raise DataError(f"expected {what}: {type(exc).__name__}: {exc}", file=path, model=model.name,
+                        field=field) from None  # fmt: skip
+
+
+def _checkpoint_folder(model: ModelSpec, spec_dir: Path) -> str:
+    return str(Path(model.source) if Path(model.source).is_absolute() else spec_dir / model.source)
+
+
+def checkpoint_tokens(model: ModelSpec, texts: list[str], spec_dir: Path) -> dict[str, NDArray[Any]]:
+    """The texts through the checkpoint's tokenizer, padded to the longest and truncated at the
+    profile's longest, as int64 arrays per model input."""
+    from transformers import AutoTokenizer
+
+    if not texts:
+        raise ValueError("no texts")
+    tokenizer = AutoTokenizer.from_pretrained(_checkpoint_folder(model, spec_dir))
+    longest = model.shape_range(model.inputs[0]).max[0]
+    encoded = tokenizer(texts, padding=True, truncation=True, max_length=longest, return_tensors="np")
+    return {t.name: np.asarray(encoded[t.name], dtype=np.int64) for t in model.inputs}
+
+
+def checkpoint_pixels(model: ModelSpec, images: list[bytes], spec_dir: Path) -> dict[str, NDArray[Any]]:
+    """Image files through the checkpoint's image processor: float32 ``pixel_values``."""
+    import io
+
+    from PIL import Image
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(_checkpoint_folder(model, spec_dir))
+    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    pixels = processor(images=pictures, return_tensors="np")["pixel_values"]
+    return {model.inputs[0].name: np.asarray(pixels, dtype=np.float32)}
 
 
 def _from_npz(path: Path, model: str, section: str) -> dict[str, NDArray[Any]]:
@@ -156,10 +205,27 @@ SYNTHETIC_SAMPLES = 8
 SYNTHETIC_SEED = 0
 
 
-def synthetic_samples(model: ModelSpec, count: int = SYNTHETIC_SAMPLES) -> dict[str, NDArray[Any]]:
+# A text checkpoint without evaluation data is verified on these, through its own tokenizer.
+SAMPLE_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France.",
+    "I loved this film, the acting was wonderful!",
+    "The service was slow and the food arrived cold.",
+    "John Smith moved from Berlin to New York in 2019.",
+    "Can you recommend a good book about the history of science?",
+    "Hugging Face hosts models, datasets and demos.",
+    "It rained all day.",
+)
+
+
+def synthetic_samples(
+    model: ModelSpec, count: int = SYNTHETIC_SAMPLES, *, spec_dir: Path | None = None
+) -> dict[str, NDArray[Any]]:
     """Samples for a model without evaluation data: seeded standard-normal floats and zero integers
     (often indices or sizes) at the first profile's opt shapes; a variant is held against the
-    source graph on them."""
+    source graph on them. A text checkpoint's are ``SAMPLE_TEXTS`` through its tokenizer."""
+    if model.task is not None and model.task.text and spec_dir is not None:
+        return checkpoint_tokens(model, list(SAMPLE_TEXTS[:count]), spec_dir)
     rng = np.random.default_rng(SYNTHETIC_SEED)
     out: dict[str, NDArray[Any]] = {}
     for t in model.inputs:

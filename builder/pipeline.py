@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from builder import repository
-from builder.cache import StageCache, StageResult, file_hash
+from builder.cache import StageCache, StageResult, file_hash, tree_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import BuildError, SpecError, UserError, VerificationError
@@ -276,14 +276,14 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
     from builder.stages.verify import run_model, session
 
     if model.evaluation is None:
-        inputs = synthetic_samples(model)
+        inputs = synthetic_samples(model, spec_dir=ctx.spec_dir)
     else:
         inputs = load_samples(
             model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"
         )
     reference = None
     source_kind = "onnx"
-    if model.source_kind == "factory" and model.sequence is None:  # a stateful one: the ONNX loop
+    if model.source_kind != "onnx" and model.sequence is None:  # a stateful one: the ONNX loop
         with quiet(out / "reference.log"):  # torch's and transformers' own output
             source = load_source(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file)
             reference = torch_reference(model, source, inputs)
@@ -407,6 +407,8 @@ def _report_failures(b: ModelBuild, ctx: BuildContext) -> None:
 def source_fingerprint(model: ModelSpec, ctx: BuildContext) -> str:
     if model.source_kind == "onnx":
         return file_hash(ctx.spec_dir / model.source)
+    if model.source_kind == "checkpoint":
+        return f"{model.task}:{tree_hash(ctx.spec_dir / model.source)}"
     return module_fingerprint(model.source, ctx.spec_dir)
 
 

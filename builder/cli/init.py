@@ -1,4 +1,5 @@
-"""``tritonforge init <model.onnx>``: a spec entry read from the graph, printed or appended to a spec.
+"""``tritonforge init <model.onnx | checkpoint folder>``: a spec entry read from the graph (or the
+checkpoint's task), printed or appended to a spec.
 
 The entry states what the build would read from the graph anyway (tensors, batching, a profile for
 the dynamic dims, precisions and their tolerances), through the same code, so it builds as written
@@ -19,16 +20,24 @@ import yaml
 
 from builder.errors import SpecError
 from builder.spec import load_spec
+from builder.spec.checkpoint import Task, read_checkpoint, task_of
 from builder.spec.graph import graph_io, load_graph, sample_shapes, spec_entry
 
 FLOAT_TYPES = {"FP32", "FP16", "FP64"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("init", help="write a spec entry for an ONNX file, read from its graph")
-    p.add_argument("model", type=Path, help="the .onnx file")
+    p = subparsers.add_parser("init", help="write a spec entry for an ONNX file or a Hugging Face checkpoint")
+    p.add_argument("model", type=Path, help="the .onnx file, or a Hugging Face checkpoint folder")
+    p.add_argument(
+        "--task", choices=[t.value for t in Task], help="a checkpoint's task (default: config.json's)"
+    )
     p.add_argument("--name", help="the model's name (default: the file's name)")
-    p.add_argument("--calibration", help="an .npz of samples: adds the int8 variant, calibrated on it")
+    p.add_argument(
+        "--calibration",
+        help="an .npz of samples (for a checkpoint: a text file, one text a line, or a folder of images): "
+        "adds the int8 variant, calibrated on it",
+    )
     p.add_argument("--evaluation", help="an .npz of samples the variants are verified on (default: random)")
     p.add_argument(
         "--append", type=Path, metavar="SPEC", help="append to this models.yaml instead of printing"
@@ -53,7 +62,7 @@ def make_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
     """The entry for ``args.model``, its paths relative to the spec's folder."""
     model: Path = args.model
     if model.is_dir():
-        raise SpecError("checkpoint folders are not supported yet; give an .onnx file", file=model)
+        return checkpoint_entry(args, spec_file)
     if model.suffix != ".onnx" or not model.is_file():
         raise SpecError("no such .onnx file", file=model)
     name = args.name or re.sub(r"[^A-Za-z0-9_-]+", "_", model.stem).strip("_") or "model"
@@ -72,6 +81,31 @@ def make_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
     filled = spec_entry(io, entry, sample_shapes(entry, spec_dir))
     order = ["name", "source", "max_batch_size", "inputs", "outputs", "profiles", "precisions"]
     return {key: filled[key] for key in order if key in filled} | filled
+
+
+def checkpoint_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
+    """A Hugging Face checkpoint folder's entry: its task from ``--task`` or ``config.architectures``;
+    the tensors, Python models and ensemble follow from the folder when the spec is loaded."""
+    folder: Path = args.model
+    if not (folder / "config.json").is_file():
+        raise SpecError("no config.json: not a Hugging Face checkpoint folder", file=folder)
+    task = args.task or task_of(folder / "config.json")
+    if task is None:
+        raise SpecError(
+            f"names no single task; give --task ({', '.join(t.value for t in Task)})",
+            file=folder / "config.json",
+            field="architectures",
+        )
+    spec_dir = spec_file.parent
+    name = args.name or re.sub(r"[^A-Za-z0-9_-]+", "_", folder.resolve().name).strip("_") or "model"
+    entry: dict[str, Any] = {"name": name, "source": _relative(folder, spec_dir), "task": Task(task).value}
+    if args.calibration:
+        entry["precisions"] = ["fp32", "int8"]
+        entry["calibration"] = {"data": _relative(Path(args.calibration), spec_dir)}
+    if args.evaluation:
+        entry["evaluation"] = {"data": _relative(Path(args.evaluation), spec_dir)}
+    read_checkpoint(entry, spec_dir, spec_file=spec_file)  # the folder and its task, checked now
+    return entry
 
 
 def _relative(path: Path, folder: Path) -> str:

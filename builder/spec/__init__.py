@@ -21,12 +21,15 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
 
 from builder.errors import SpecError
+from builder.spec.checkpoint import Task as Task  # re-exported: ModelSpec.task is typed with it
+from builder.spec.checkpoint import expand
 from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors are typed with it
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
@@ -297,6 +300,7 @@ class ModelSpec(Strict, OmitsUnset):
     """A core model built from ONNX: exported, checked, quantized, verified, served."""
 
     name: Name
+    task: Task | None = None  # a Hugging Face checkpoint's task; the source is then its folder
     source: Annotated[str, Field(min_length=1)]
     inputs: Annotated[list[TensorSpec], Field(min_length=1)]
     outputs: Annotated[list[TensorSpec], Field(min_length=1)]
@@ -316,15 +320,19 @@ class ModelSpec(Strict, OmitsUnset):
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
 
-    LATER = ("sequence",)
+    LATER = ("sequence", "task")
 
     @property
-    def source_kind(self) -> Literal["factory", "onnx"]:
+    def source_kind(self) -> Literal["factory", "onnx", "checkpoint"]:
+        if self.task is not None:
+            return "checkpoint"
         return "factory" if FACTORY_PATTERN.match(self.source) else "onnx"
 
     @field_validator("source")
     @classmethod
-    def _source_form(cls, source: str) -> str:
+    def _source_form(cls, source: str, info: ValidationInfo) -> str:
+        if info.data.get("task") is not None:
+            return source  # a checkpoint folder, read when the spec was loaded
         if not FACTORY_PATTERN.match(source) and not source.endswith(".onnx"):
             raise ValueError(f"'{source}' is neither a factory (package.module:function) nor an .onnx file")
         return source
@@ -567,6 +575,7 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError("not UTF-8 text", file=path) from None
     if not isinstance(raw, dict):
         raise SpecError("the top level must be a mapping with a 'models' list", file=path)
+    raw = expand(raw, path.parent, spec_file=path)  # Hugging Face checkpoints: tensors, pre/post models
     if isinstance(raw.get("models"), list):
         raw["models"] = [
             fill_from_graph(e, path.parent, spec_file=path) if isinstance(e, dict) else e

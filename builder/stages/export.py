@@ -1,7 +1,9 @@
-"""Stage 1: turn a model's ``source`` (a factory or an .onnx file) into one self-contained .onnx file.
+"""Stage 1: turn a model's ``source`` (a factory, an .onnx file or a Hugging Face checkpoint folder)
+into one self-contained .onnx file.
 
 A factory may return a ``torch.nn.Module`` (exported here), an ``onnx.ModelProto`` (saved) or the path of
-an .onnx file (copied). Torch is imported only when a factory hands back a module.
+an .onnx file (copied); a checkpoint becomes its task's module (``builder.stages.checkpoint``), exported
+here. Torch is imported only when a factory hands back a module or the source is a checkpoint.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def load_source(model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> object:
     """A ``torch.nn.Module``, an ``onnx.ModelProto`` or the ``Path`` of an .onnx file."""
     if model.source_kind == "onnx":
         return _onnx_path(model.source, model, spec_dir=spec_dir, spec_file=spec_file)
+    if model.source_kind == "checkpoint":
+        from builder.stages.checkpoint import checkpoint_module
+
+        return checkpoint_module(model, spec_dir)
     factory = import_factory(model.source, spec_dir, spec_file=spec_file, model=model.name, field="source")
     obj = factory()
     if isinstance(obj, (str, Path)) and str(obj).endswith(".onnx"):

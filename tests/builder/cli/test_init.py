@@ -61,7 +61,7 @@ def test_refusals_are_one_line_with_status_2_and_leave_the_spec_alone(
     assert main(["init", str(tmp_path / "names.onnx"), "--append", str(spec)]) == 2
     assert "a model named 'names' exists already" in capsys.readouterr().err
     assert main(["init", str(tmp_path), "--append", str(spec)]) == 2
-    assert "checkpoint folders are not supported yet" in capsys.readouterr().err
+    assert "no config.json: not a Hugging Face checkpoint folder" in capsys.readouterr().err
     spec.write_text(before + "llms: []\n")
     assert main(["init", str(tmp_path / "names.onnx"), "--name", "other", "--append", str(spec)]) == 2
     err = capsys.readouterr().err

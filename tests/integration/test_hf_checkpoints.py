@@ -1,0 +1,161 @@
+"""Hugging Face checkpoints of the four tasks, given as ``name``, ``source`` and ``task``, build into
+one repository, serve from one tritonserver, and answer as transformers' own ``pipeline`` does for
+the same folder: embeddings (cosine), labels and scores, per-token labels and grouped entities."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import yaml
+from numpy.typing import NDArray
+
+from builder.pipeline import build
+from builder.records import BuildOptions
+from builder.server import TritonServer
+from tests.builder.fixtures import hf_checkpoints as hf
+
+pytestmark = pytest.mark.integration
+
+SCORE_TOLERANCE = 1e-4
+START_TIMEOUT = 420
+IMAGES = [hf.image_bytes(seed, size) for seed, size in ((1, (48, 40)), (2, (32, 32)), (3, (64, 20)))]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hf")
+    hf.bert(root / "bert", "base")
+    hf.bert(root / "sentiment", "sequence")
+    hf.bert(root / "ner", "token")
+    hf.vit(root / "vit")
+    (root / "texts.txt").write_text("\n".join(hf.TEXTS) + "\n", encoding="utf-8")
+    for folder, seeds in (("calib", range(10, 18)), ("eval", range(20, 24))):
+        (root / folder).mkdir()
+        for seed in seeds:
+            (root / folder / f"{seed}.png").write_bytes(hf.image_bytes(seed))
+    models = [
+        {"name": "embed", "source": "bert", "task": "feature-extraction"},
+        {"name": "sentiment", "source": "sentiment", "task": "text-classification"},
+        {"name": "ner", "source": "ner", "task": "token-classification"},
+        {"name": "vision", "source": "vit", "task": "image-classification",
+         "precisions": ["fp32", "fp16", "int8"], "calibration": {"data": "calib"},
+         "evaluation": {"data": "eval"}},
+    ]  # fmt: skip
+    (root / "models.yaml").write_text(yaml.safe_dump({"models": models}, sort_keys=False))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repo = project / "model_repository"
+    opts = BuildOptions(
+        project / "models.yaml", repo, target="local", cache_dir=project / "cache", log=lambda _: None
+    )
+    build(opts)
+    server = TritonServer(
+        repo, log_path=tmp_path_factory.mktemp("hf-triton") / "server.log", exit_timeout_s=5
+    )
+    # Seven Python models import transformers (and with it torch) as they load: on two busy cores
+    # that takes longer than the default 120 s.
+    server.start(timeout=START_TIMEOUT)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _infer(server: TritonServer, model: str, name: str, items: list[Any], outputs: list[str]) -> Any:
+    client = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
+    data = np.array([[i.encode() if isinstance(i, str) else i] for i in items], dtype=object)
+    tensor = grpcclient.InferInput(name, list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    return client.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+
+
+def _pipeline(task: str, folder: Path) -> Any:
+    from transformers import pipeline
+
+    return pipeline(task, model=str(folder))
+
+
+def _cosine(a: NDArray[Any], b: NDArray[Any]) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_feature_extraction_matches_the_pipeline(server: TritonServer, project: Path) -> None:
+    pipe = _pipeline("feature-extraction", project / "bert")
+    for text in hf.TEXTS:
+        result = _infer(server, "embed_pipeline", "TEXT", [text], ["LAST_HIDDEN_STATE", "EMBEDDING"])
+        expected = np.asarray(pipe(text)[0], dtype=np.float32)  # [tokens, hidden]
+        hidden = result.as_numpy("LAST_HIDDEN_STATE")[0]
+        assert hidden.shape == expected.shape
+        assert _cosine(hidden, expected) > 0.9999
+        assert _cosine(result.as_numpy("EMBEDDING")[0], expected.mean(axis=0)) > 0.9999
+
+
+def test_text_classification_matches_the_pipeline(server: TritonServer, project: Path) -> None:
+    pipe = _pipeline("text-classification", project / "sentiment")
+    result = _infer(server, "sentiment_pipeline", "TEXT", hf.TEXTS, ["LABEL", "SCORE", "SCORES"])
+    for i, text in enumerate(hf.TEXTS):
+        expected = pipe(text, top_k=None)
+        by_label = {e["label"]: e["score"] for e in expected}
+        assert result.as_numpy("LABEL")[i][0].decode() == expected[0]["label"]
+        assert result.as_numpy("SCORE")[i][0] == pytest.approx(expected[0]["score"], abs=SCORE_TOLERANCE)
+        ordered = [by_label[hf.SENTIMENT[k]] for k in sorted(hf.SENTIMENT)]
+        np.testing.assert_allclose(result.as_numpy("SCORES")[i], ordered, atol=SCORE_TOLERANCE)
+
+
+def test_token_classification_matches_the_pipeline(server: TritonServer, project: Path) -> None:
+    tokens_pipe = _pipeline("token-classification", project / "ner")
+    outputs = ["TOKENS", "TOKEN_LABELS", "TOKEN_SCORES", "ENTITIES"]
+    grouped = 0
+    for text in hf.TEXTS:
+        result = _infer(server, "ner_pipeline", "TEXT", [text], outputs)
+        per_token = tokens_pipe(text)  # "O" left out, as the pipeline does
+        labels = [v.decode() for v in result.as_numpy("TOKEN_LABELS")[0]]
+        scores = result.as_numpy("TOKEN_SCORES")[0]
+        served = [(i, lab, s) for i, (lab, s) in enumerate(zip(labels, scores, strict=True)) if lab != "O"]
+        assert [lab for _, lab, _ in served] == [e["entity"] for e in per_token]
+        np.testing.assert_allclose(
+            [s for *_, s in served], [e["score"] for e in per_token], atol=SCORE_TOLERANCE
+        )
+        expected = tokens_pipe(text, aggregation_strategy="simple")
+        entities = json.loads(result.as_numpy("ENTITIES")[0][0])
+        assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in entities] == [
+            (e["entity_group"], e["word"], e["start"], e["end"]) for e in expected
+        ]
+        for got, want in zip(entities, expected, strict=True):
+            assert got["score"] == pytest.approx(float(want["score"]), abs=SCORE_TOLERANCE)
+        grouped += len(expected)
+    assert grouped > 0  # the random weights tag something, so the grouping is exercised
+
+
+def test_image_classification_matches_the_pipeline(server: TritonServer, project: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    pipe = _pipeline("image-classification", project / "vit")
+    result = _infer(server, "vision_pipeline", "IMAGE", IMAGES, ["LABEL", "SCORE", "SCORES"])
+    for i, data in enumerate(IMAGES):
+        expected = pipe(Image.open(io.BytesIO(data)), top_k=len(hf.IMAGE_LABELS))
+        by_label = {e["label"]: e["score"] for e in expected}
+        assert result.as_numpy("LABEL")[i][0].decode() == expected[0]["label"]
+        assert result.as_numpy("SCORE")[i][0] == pytest.approx(expected[0]["score"], abs=SCORE_TOLERANCE)
+        ordered = [by_label[hf.IMAGE_LABELS[k]] for k in sorted(hf.IMAGE_LABELS)]
+        np.testing.assert_allclose(result.as_numpy("SCORES")[i], ordered, atol=SCORE_TOLERANCE)
+
+
+def test_every_variant_was_verified_against_the_checkpoint(server: TritonServer, project: Path) -> None:
+    manifest = json.loads((project / "model_repository" / "manifest.json").read_text())
+    vision = manifest["models"]["vision"]["verification"]
+    assert {p: r["passed"] for p, r in vision.items()} == {"fp32": True, "fp16": True, "int8": True}
+    for name in ("embed", "sentiment", "ner"):
+        assert manifest["models"][name]["verification"]["fp32"]["passed"]
