@@ -378,6 +378,37 @@ def test_custom_metrics_next_to_tritons_own(server: TritonServer) -> None:
     assert _metric(server, "vllm:time_to_first_token_seconds_count") > 0
 
 
+def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> None:
+    """The metrics of Triton's vLLM backend, with its labels and buckets, read from Triton's own
+    /metrics: one request moves the token counters by its own counts and each per-request histogram
+    by one (the update thread lags the response, so the counts are awaited, not slept for)."""
+    labels = f'{{model="{MODEL}",version="1"}}'
+    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    histograms = ("vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens", "vllm:request_params_n")
+    counts = [f"{h}_count" for h in histograms]
+    before = {name: _metric(server, name) for name in (*names, *counts, "vllm:request_params_max_tokens_sum")}
+    with Generator(server.grpc_url, MODEL, timeout=120) as gen:
+        out = gen.generate("Once upon a time", max_tokens=7, ignore_eos=True)
+    after = {
+        "vllm:prompt_tokens_total": before["vllm:prompt_tokens_total"] + out.num_input_tokens,
+        "vllm:generation_tokens_total": before["vllm:generation_tokens_total"] + 7,
+        "vllm:request_params_max_tokens_sum": before["vllm:request_params_max_tokens_sum"] + 7,
+        **{name: before[name] + 1 for name in counts},
+    }
+    asyncio.run(_until(lambda: all(_metric(server, n) == v for n, v in after.items()), f"metrics {after}"))
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    for name in names:
+        assert f"{name}{labels}" in text, name
+    ttft_le = [
+        line.split('le="')[1].split('"')[0]
+        for line in text.splitlines()
+        if "vllm:time_to_first_token_seconds_bucket" in line
+    ]
+    assert ttft_le[:3] == ["0.001", "0.005", "0.01"] and ttft_le[-1] == "+Inf", ttft_le
+    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc"):
+        assert f"{gauge}{labels}" in text, gauge
+
+
 def test_cli_generate_streams_to_the_terminal(server: TritonServer) -> None:
     import subprocess
     import sys
