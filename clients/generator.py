@@ -9,6 +9,8 @@ vLLM backend (the ``gpu`` target) has neither ``messages`` nor ``priority``: a r
 ``priority`` only when the caller sets it, and a chat or a priority is checked against the model's
 metadata first, refused with InvalidInput on a model without that input.
 Stopping a stream early (closing the iterator) cancels the request on the server.
+With the sampling parameter ``n`` > 1 (``generate(prompt, n=3)``), the other completions come in
+``Generation.others`` and ``Piece.others`` (``Generation.completions`` has them all).
 """
 
 from __future__ import annotations
@@ -34,21 +36,40 @@ EXTENSIONS = ("messages", "priority")
 
 
 @dataclass(frozen=True)
-class Generation:
+class Completion:
+    """One of the ``n`` completions of a request (sampling parameter ``n``)."""
+
     text: str
-    finish_reason: str
-    num_input_tokens: int
+    finish_reason: str | None
     num_output_tokens: int
 
 
 @dataclass(frozen=True)
+class Generation:
+    """The first completion's text, finish reason and output tokens; with ``n`` > 1 the others
+    in ``others`` (``completions`` has them all, in index order)."""
+
+    text: str
+    finish_reason: str
+    num_input_tokens: int
+    num_output_tokens: int
+    others: tuple[Completion, ...] = ()
+
+    @property
+    def completions(self) -> tuple[Completion, ...]:
+        return (Completion(self.text, self.finish_reason, self.num_output_tokens), *self.others)
+
+
+@dataclass(frozen=True)
 class Piece:
-    """One response of a stream: its text, and the counts the server sent with it."""
+    """One response of a stream: its text, and the counts the server sent with it (the first
+    completion's; with ``n`` > 1 each other completion's piece in ``others``, in index order)."""
 
     text: str
     finish_reason: str | None
     num_input_tokens: int
     num_output_tokens: int
+    others: tuple[Completion, ...] = ()
 
 
 def request_fields(
@@ -158,13 +179,25 @@ _OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_toke
 
 
 def _piece(values: Mapping[str, np.ndarray[Any, Any] | None]) -> Piece:
-    reason = _scalar(values["finish_reason"], None)
+    texts = _each(values["text_output"], "")
+    reasons = _each(values["finish_reason"], None, len(texts))
+    tokens = _each(values["num_output_tokens"], 0, len(texts))
+    completions = [
+        Completion(str(text), None if reason in (None, "None", "") else str(reason), int(count))
+        for text, reason, count in zip(texts, reasons, tokens, strict=False)
+    ]
+    first = completions[0]
     return Piece(
-        text=str(_scalar(values["text_output"], "")),
-        finish_reason=None if reason in (None, "None", "") else str(reason),
-        num_input_tokens=int(_scalar(values["num_input_tokens"], 0)),
-        num_output_tokens=int(_scalar(values["num_output_tokens"], 0)),
-    )
+        first.text, first.finish_reason, int(_scalar(values["num_input_tokens"], 0)), first.num_output_tokens,
+        tuple(completions[1:]),
+    )  # fmt: skip
+
+
+def _each(array: np.ndarray[Any, Any] | None, default: Any, size: int = 1) -> list[Any]:
+    """An output's values, one per completion (``size`` defaults when the output is missing)."""
+    if array is None or array.size == 0:
+        return [default] * size
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.reshape(-1)]
 
 
 def stream_error(message: str, status: str = "") -> TritonClientError:
@@ -185,13 +218,16 @@ def join(pieces: Sequence[Piece]) -> Generation:
     """The whole generation from its pieces (token counts per piece are deltas)."""
     if not pieces:
         raise InvalidResponse("the server sent no response")
+    first = _join_completion([Completion(p.text, p.finish_reason, p.num_output_tokens) for p in pieces])
+    n = max(len(p.others) for p in pieces)
+    others = tuple(_join_completion([p.others[i] for p in pieces if len(p.others) > i]) for i in range(n))
+    prompt_tokens = max(p.num_input_tokens for p in pieces)
+    return Generation(first.text, first.finish_reason or "", prompt_tokens, first.num_output_tokens, others)
+
+
+def _join_completion(pieces: Sequence[Completion]) -> Completion:
     reason = next((p.finish_reason for p in reversed(pieces) if p.finish_reason), "")
-    return Generation(
-        text="".join(p.text for p in pieces),
-        finish_reason=reason,
-        num_input_tokens=max(p.num_input_tokens for p in pieces),
-        num_output_tokens=sum(p.num_output_tokens for p in pieces),
-    )
+    return Completion("".join(p.text for p in pieces), reason, sum(p.num_output_tokens for p in pieces))
 
 
 def sse_events(lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:

@@ -22,6 +22,7 @@ from clients.errors import (
 )
 from clients.generator import (
     AsyncGenerator,
+    Completion,
     Generation,
     Generator,
     Piece,
@@ -108,6 +109,32 @@ def test_join_sums_token_deltas_and_keeps_the_last_reason() -> None:
     assert join(pieces) == Generation("The end", "length", 7, 3)
     with pytest.raises(InvalidResponse):
         join([])
+
+
+def test_n_completions_come_in_index_order_from_one_element_each() -> None:
+    """As Triton's vLLM backend sends n > 1: every output has one element per completion."""
+    steps = [
+        {"text_output": ["", " b", ""], "finish_reason": ["None"] * 3, "num_output_tokens": [0, 1, 0]},
+        {
+            "text_output": [" a", " c", "!"],
+            "finish_reason": ["length", "None", "stop"],
+            "num_output_tokens": [1, 1, 1],
+        },
+        {
+            "text_output": ["", "", ""],
+            "finish_reason": ["length", "length", "stop"],
+            "num_output_tokens": [0, 0, 0],
+        },
+    ]
+    pieces = [piece_from_json({**body, "num_input_tokens": 4}) for body in steps]
+    assert pieces[0] == Piece("", None, 4, 0, (Completion(" b", None, 1), Completion("", None, 0)))
+    whole = join(pieces)
+    assert whole.completions == (
+        Completion(" a", "length", 1),
+        Completion(" b c", "length", 2),
+        Completion("!", "stop", 1),
+    )
+    assert (whole.text, whole.finish_reason, whole.num_input_tokens) == (" a", "length", 4)
 
 
 def _golden_metadata(target: str) -> dict[str, Any]:

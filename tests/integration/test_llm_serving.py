@@ -26,7 +26,7 @@ import pytest
 
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
-from clients.generator import AsyncGenerator, Generator
+from clients.generator import AsyncGenerator, Generator, join
 from tests.integration.fixtures.llm_repo import (
     MODEL,
     SHARED_MAX_MODEL_LEN,
@@ -164,6 +164,22 @@ def test_vllm_backend_client_works_unchanged(server: TritonServer) -> None:
     result = _raw_stream_infer(server, {}, None)
     text = result.as_numpy("text_output")[0].decode()
     assert text.startswith("The capital of France is") and len(text) > len("The capital of France is")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_n_completions_each_with_their_own_tokens(server: TritonServer, protocol: str) -> None:
+    """n = 3: every response has three elements per output (as Triton's vLLM backend sends them),
+    which the client joins into three completions, streamed or whole."""
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    ask = {"max_tokens": 5, "temperature": 1.0, "seed": 3, "ignore_eos": True, "n": 3}
+    with Generator(url, MODEL, protocol, timeout=120) as gen:
+        whole = gen.generate("Once upon a time", **ask)
+        pieces = list(gen.stream_pieces("Once upon a time", **ask))
+    streamed = join(pieces)
+    for out in (whole, streamed):
+        assert [(c.num_output_tokens, c.finish_reason) for c in out.completions] == [(5, "length")] * 3
+        assert all(c.text for c in out.completions)
+    assert all(len(p.others) == 2 for p in pieces)
 
 
 def test_only_the_outputs_asked_for_are_sent(server: TritonServer) -> None:

@@ -176,8 +176,8 @@ def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
         raise BadRequest(f"sampling_parameters.temperature must be >= 0, got {params['temperature']}")
     if params.get("max_tokens", 1) < 1:
         raise BadRequest(f"sampling_parameters.max_tokens must be at least 1, got {params['max_tokens']}")
-    if params.get("n", 1) != 1:
-        raise BadRequest(f"sampling_parameters.n: only 1 is supported, got {params['n']}")
+    if params.get("n", 1) < 1:
+        raise BadRequest(f"sampling_parameters.n must be at least 1, got {params['n']}")
     return params
 
 
@@ -437,22 +437,55 @@ class Job:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: Any = None  # the asyncio task generating it, set on the event loop
     done: bool = False
+    n: int = 1  # completions (sampling_parameters.n)
+    last: dict[int, Any] = field(default_factory=dict)  # n > 1, streamed: each completion's last piece
+
+    def completions(self, out: Any) -> list[Any]:
+        """The n completions of one engine output, in index order. Streamed with n > 1, vLLM sends
+        only those with new tokens; the others stand as Quiet pieces (no text, no tokens, their
+        finish reason and cumulative logprob so far), so every response has n of each output."""
+        if self.n == 1:
+            return [out.outputs[0]]
+        fresh = {piece.index: piece for piece in out.outputs}
+        self.last.update(fresh)
+        with_logprobs = getattr(self.sampling, "logprobs", None) is not None
+        return [fresh.get(i) or quiet(self.last.get(i), with_logprobs) for i in range(self.n)]
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A completion with nothing new in a streamed step."""
+
+    finish_reason: Any = None
+    cumulative_logprob: float | None = None
+    logprobs: list[Any] | None = None
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+
+
+def quiet(last: Any, with_logprobs: bool) -> Quiet:
+    if last is None:
+        return Quiet(logprobs=[] if with_logprobs else None)
+    return Quiet(last.finish_reason, last.cumulative_logprob, [] if with_logprobs else None)
 
 
 def tensor(name: str, values: list[Any], dtype: Any) -> Any:
     return pb_utils.Tensor(name, np.asarray(values, dtype=dtype))
 
 
-def logprob_outputs(returns: set[str], piece: Any) -> dict[str, tuple[list[Any], Any]]:
-    """``cumulative_logprob`` and ``logprobs`` of one completion (vLLM's CompletionOutput, whose
+def logprob_outputs(returns: set[str], pieces: list[Any]) -> dict[str, tuple[list[Any], Any]]:
+    """``cumulative_logprob`` and ``logprobs`` of each completion (vLLM's CompletionOutput, whose
     logprobs are the new tokens' alone when streamed), as Triton's vLLM backend writes them."""
     made: dict[str, tuple[list[Any], Any]] = {}
     if "return_cumulative_logprob" in returns:
-        made["cumulative_logprob"] = ([piece.cumulative_logprob], np.float32)  # None: NaN
+        made["cumulative_logprob"] = ([p.cumulative_logprob for p in pieces], np.float32)  # None: NaN
     if "return_logprobs" in returns:
-        positions = None if piece.logprobs is None else [_position(p) for p in piece.logprobs]
-        made["logprobs"] = ([json.dumps(positions).encode("utf-8")], np.object_)
+        made["logprobs"] = ([_logprobs_json(p.logprobs) for p in pieces], np.object_)
     return made
+
+
+def _logprobs_json(logprobs: list[Any] | None) -> bytes:
+    return json.dumps(None if logprobs is None else [_position(p) for p in logprobs]).encode("utf-8")
 
 
 def _position(position: Any) -> dict[int, dict[str, Any]]:
@@ -462,17 +495,26 @@ def _position(position: Any) -> dict[int, dict[str, Any]]:
     }
 
 
-def response(job: Job, text: str, piece: Any) -> Any:
-    made: dict[str, tuple[list[Any], Any]] = {"text_output": ([text.encode("utf-8")], np.object_)}
+def response(job: Job, texts: list[str], pieces: list[Any]) -> Any:
+    """One response: each output has one element per completion (n), in index order, as Triton's
+    vLLM backend sends them; ``num_input_tokens`` one."""
+    made: dict[str, tuple[list[Any], Any]] = {"text_output": ([t.encode("utf-8") for t in texts], np.object_)}
     if "return_finish_reason" in job.parsed.returns:
-        made["finish_reason"] = ([str(piece.finish_reason).encode("utf-8")], np.object_)
-    made.update(logprob_outputs(job.parsed.returns, piece))
+        made["finish_reason"] = ([str(p.finish_reason).encode("utf-8") for p in pieces], np.object_)
+    made.update(logprob_outputs(job.parsed.returns, pieces))
     if "return_num_input_tokens" in job.parsed.returns:
         made["num_input_tokens"] = ([len(job.token_ids)], np.uint32)
     if "return_num_output_tokens" in job.parsed.returns:
-        made["num_output_tokens"] = ([len(piece.token_ids)], np.uint32)
+        made["num_output_tokens"] = ([len(p.token_ids) for p in pieces], np.uint32)
     outputs = [tensor(name, values, dtype) for name, (values, dtype) in made.items() if name in job.wanted]
     return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+def output_response(job: Job, out: Any) -> Any:
+    """The response for one engine output (the prompt before each text when echoed)."""
+    pieces = job.completions(out)
+    echo = job.prompt_text if not job.parsed.stream and not job.parsed.exclude_input else ""
+    return response(job, [echo + p.text for p in pieces], pieces)
 
 
 def error(message: str, code: Any = None) -> Any:
@@ -869,7 +911,8 @@ class TritonPythonModel:
         kind = RequestOutputKind.DELTA if parsed.stream else RequestOutputKind.FINAL_ONLY
         params = sampling_params(dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
         lane = self.lanes[route([x.rule for x in self.lanes], len(ids), max_tokens)]
-        return Job(sender, parsed, text, ids, params, lane, frozenset(request.requested_output_names()))
+        wanted = frozenset(request.requested_output_names())
+        return Job(sender, parsed, text, ids, params, lane, wanted, n=int(params.n))
 
     def _render(self, parsed: Parsed) -> str:
         if parsed.messages is None:
@@ -911,12 +954,8 @@ class TritonPythonModel:
             pb_utils.Logger.log_warn(f"vllm_engine: abort of {job.id} failed ({exc})")
 
     def _emit(self, job: Job, out: Any) -> None:
-        piece = out.outputs[0]
-        text = piece.text
-        if not job.parsed.stream and not job.parsed.exclude_input:
-            text = job.prompt_text + text
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
-        self._post(job, response(job, text, piece), flags)
+        self._post(job, output_response(job, out), flags)
 
     def _post(self, job: Job, reply: Any, flags: int) -> None:
         if job.done:

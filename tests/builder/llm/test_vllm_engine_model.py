@@ -77,7 +77,7 @@ def test_messages_replace_text_input() -> None:
             "max_tokens must be at least 1, got 0",
         ),
         ({"text_input": "x", "sampling_parameters": '{"max_tokens": 2.5}'}, "max_tokens must be a number"),
-        ({"text_input": "x", "sampling_parameters": '{"n": 2}'}, "only 1 is supported"),
+        ({"text_input": "x", "sampling_parameters": '{"n": 0}'}, "n must be at least 1, got 0"),
         (
             {"text_input": "x", "stream": True, "exclude_input_in_output": False},
             "exclude_input_in_output must be",
@@ -248,7 +248,7 @@ def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() ->
     }
     piece = NS(logprobs=[position], cumulative_logprob=-0.25)
     returns = {"return_logprobs", "return_cumulative_logprob"}
-    made = m.logprob_outputs(returns, piece)
+    made = m.logprob_outputs(returns, [piece])
     assert json.loads(made["logprobs"][0][0]) == [
         {
             "7": {"logprob": -0.25, "rank": 1, "decoded_token": " a"},
@@ -257,10 +257,10 @@ def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() ->
     ]
     assert made["cumulative_logprob"] == ([-0.25], np.float32)
     # Without sampling_parameters.logprobs vLLM keeps none: "null" and NaN, as there.
-    unset = m.logprob_outputs(returns, NS(logprobs=None, cumulative_logprob=None))
+    unset = m.logprob_outputs(returns, [NS(logprobs=None, cumulative_logprob=None)])
     assert unset["logprobs"][0] == [b"null"]
     assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
-    assert m.logprob_outputs(set(), piece) == {}
+    assert m.logprob_outputs(set(), [piece]) == {}
 
 
 def test_a_long_lane_takes_a_request_whose_max_tokens_or_whose_prompt_reaches_its_threshold() -> None:

@@ -1,0 +1,74 @@
+"""``n`` > 1 in the vllm_engine model: every response has one element per completion in each
+output, in index order, as Triton's vLLM backend sends them, also when vLLM streams only the
+completions that have new tokens. Test doubles stand for pb_utils and vLLM's outputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace as NS
+from typing import Any
+
+import pytest
+
+from builder.python_models.vllm_engine import model as m
+from tests.builder.fixtures.vllm_engine import FakePbUtils
+
+ALL = {"return_finish_reason", "return_num_output_tokens", "return_cumulative_logprob", "return_logprobs"}
+WANTED = frozenset({"text_output", "finish_reason", "num_output_tokens", "cumulative_logprob", "logprobs"})
+
+
+@pytest.fixture(autouse=True)
+def fake_pb_utils(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(m, "pb_utils", FakePbUtils)
+    yield
+
+
+def job(n: int, stream: bool, logprobs: int | None = None) -> m.Job:
+    parsed = m.Parsed("Hi", None, stream, stream, ALL, {}, 0)
+    lane = m.Lane(m.LaneRule("default"), 4, m.Metrics(None, {}))
+    return m.Job(None, parsed, "Hi", [1, 2], NS(logprobs=logprobs), lane, WANTED, n=n)
+
+
+def piece(index: int, text: str, tokens: int, reason: str | None = None, logprob: float = -1.0) -> Any:
+    positions = [{5: NS(logprob=logprob, rank=1, decoded_token=text)}] * tokens
+    return NS(index=index, text=text, token_ids=[5] * tokens, finish_reason=reason,
+              cumulative_logprob=logprob, logprobs=positions)  # fmt: skip
+
+
+def outputs(reply: Any) -> dict[str, list[Any]]:
+    return {t.name: t.array.tolist() for t in reply.output_tensors}
+
+
+def test_a_streamed_step_has_every_completion_those_without_news_empty() -> None:
+    three = job(3, stream=True, logprobs=1)
+    first = outputs(m.output_response(three, NS(outputs=[piece(1, " b", 1)], finished=False)))
+    assert first["text_output"] == [b"", b" b", b""]
+    assert first["num_output_tokens"] == [0, 1, 0]
+    assert first["finish_reason"] == [b"None", b"None", b"None"]
+    assert [json.loads(x) for x in first["logprobs"]] == [
+        [],
+        [{"5": {"logprob": -1.0, "rank": 1, "decoded_token": " b"}}],
+        [],
+    ]
+    step = NS(outputs=[piece(2, " c", 2, "length", -2.0), piece(0, " a", 1)], finished=False)
+    second = outputs(m.output_response(three, step))
+    assert second["text_output"] == [b" a", b"", b" c"]
+    assert second["num_output_tokens"] == [1, 0, 2]
+    assert second["finish_reason"] == [b"None", b"None", b"length"]
+    assert second["cumulative_logprob"] == [-1.0, -1.0, -2.0]  # the quiet one keeps its last
+
+
+def test_a_whole_generation_has_each_completion_with_the_prompt_echoed() -> None:
+    two = job(2, stream=False)
+    two.parsed.exclude_input = False
+    final = NS(outputs=[piece(0, " a b", 2, "stop"), piece(1, " c", 1, "length")], finished=True)
+    made = outputs(m.output_response(two, final))
+    assert made["text_output"] == [b"Hi a b", b"Hi c"]
+    assert made["finish_reason"] == [b"stop", b"length"] and made["num_output_tokens"] == [2, 1]
+
+
+def test_one_completion_is_sent_as_before() -> None:
+    one = job(1, stream=True)
+    made = outputs(m.output_response(one, NS(outputs=[piece(0, " a", 1)], finished=False)))
+    assert made["text_output"] == [b" a"] and made["num_output_tokens"] == [1]
