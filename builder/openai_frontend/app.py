@@ -30,7 +30,7 @@ from .protocol import (
     parse_json,
     unknown_model,
 )
-from .responses import Envelope, Tally, chunk, usage_chunk, whole
+from .responses import Envelope, Tally, choices, chunk, usage_chunk, whole
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,19 @@ async def _events(
     env: Envelope, call: Call, first: Piece | None, pieces: AsyncGenerator[Piece, None]
 ) -> AsyncIterator[str]:
     tally = Tally()
-    started = False
+    started: set[int] = set()  # choices that had a chunk
+    finished: set[int] = set()  # choices whose finish reason went out (n > 1 repeats it)
     try:
         source = _chain(first, pieces)
         async for piece in source:
             tally.add(piece)
-            if piece.text or piece.finish_reason or not started:
-                yield _sse(chunk(env, piece.text, piece.finish_reason, first=not started))
-                started = True
+            for index, part in choices(piece):
+                reason = None if index in finished else part.finish_reason
+                if part.text or reason or index not in started:
+                    yield _sse(chunk(env, part.text, reason, first=index not in started, index=index))
+                    started.add(index)
+                if reason:
+                    finished.add(index)
         if call.include_usage:
             yield _sse(usage_chunk(env, tally.usage()))
     except TritonClientError as exc:  # after the status line: the error goes in the stream, as vLLM's

@@ -1,7 +1,7 @@
 """OpenAI requests to the Triton model's inputs, and errors to OpenAI's error shape.
 
 Requests are validated with the ``openai`` package's own request types (pydantic validates its
-TypedDicts); what the model cannot do yet (``n`` > 1, log-probabilities, tools, ``echo``...) is
+TypedDicts); what the model cannot do yet (log-probabilities, tools, ``echo``...) is
 refused with a 400 naming the field, never silently ignored.
 """
 
@@ -35,7 +35,6 @@ SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penal
 EXTENSIONS = ("top_k", "min_p", "min_tokens", "ignore_eos", "repetition_penalty")
 # Fields whose effect this endpoint does not provide: refused unless at their default.
 UNSUPPORTED: Mapping[str, tuple[Any, ...]] = {
-    "n": (None, 1),
     "logprobs": (None, False),
     "top_logprobs": (None,),
     "echo": (None, False),
@@ -157,6 +156,8 @@ def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompt: Any, limi
     sampling.update({k: body[k] for k in EXTENSIONS if body.get(k) is not None})
     if limit is not None:
         sampling["max_tokens"] = limit
+    if request.get("n") not in (None, 1):  # completions: one choice each
+        sampling["n"] = request["n"]
     stop = request.get("stop")
     if stop:
         sampling["stop"] = [stop] if isinstance(stop, str) else list(stop)

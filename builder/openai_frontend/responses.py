@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types import Completion as OpenAICompletion
+from openai.types import CompletionChoice, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from clients.generator import Piece
+from clients.generator import Completion, Piece
 
 Reason = Literal["stop", "length"]
 
@@ -26,20 +27,31 @@ def finish_reason(reason: str | None) -> Reason | None:
     return "length" if reason == "length" else "stop"
 
 
+def choices(piece: Piece) -> list[tuple[int, Completion]]:
+    """A piece's completions by choice index (more than one with ``n`` > 1)."""
+    first = Completion(piece.text, piece.finish_reason, piece.num_output_tokens)
+    return list(enumerate((first, *piece.others)))
+
+
 @dataclass
 class Tally:
-    """The token counts of one generation, summed over its pieces (output counts are deltas)."""
+    """The token counts of one generation, summed over its pieces and choices (output counts are
+    deltas), and each choice's text and finish reason."""
 
     prompt: int = 0
     completion: int = 0
-    reason: str | None = None
-    texts: list[str] = field(default_factory=list)
+    reasons: dict[int, str | None] = field(default_factory=dict)
+    texts: dict[int, list[str]] = field(default_factory=dict)
 
     def add(self, piece: Piece) -> None:
         self.prompt = max(self.prompt, piece.num_input_tokens)
-        self.completion += piece.num_output_tokens
-        self.reason = piece.finish_reason or self.reason
-        self.texts.append(piece.text)
+        for index, part in choices(piece):
+            self.completion += part.num_output_tokens
+            self.reasons[index] = part.finish_reason or self.reasons.get(index)
+            self.texts.setdefault(index, []).append(part.text)
+
+    def choice(self, index: int) -> tuple[str, Reason]:
+        return "".join(self.texts[index]), finish_reason(self.reasons.get(index)) or "stop"
 
     def usage(self) -> CompletionUsage:
         total = self.prompt + self.completion
@@ -63,48 +75,54 @@ class Envelope:
         return cls(model, chat, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
 
 
-def whole(env: Envelope, pieces: Sequence[Piece]) -> ChatCompletion | Completion:
+def whole(env: Envelope, pieces: Sequence[Piece]) -> ChatCompletion | OpenAICompletion:
     tally = Tally()
     for piece in pieces:
         tally.add(piece)
-    text, reason = "".join(tally.texts), finish_reason(tally.reason) or "stop"
+    indexes = sorted(tally.texts) or [0]
+    tally.texts.setdefault(0, [])
     if env.chat:
-        message = ChatCompletionMessage(role="assistant", content=text)
+        made = [tally.choice(i) for i in indexes]
         return ChatCompletion(
             id=env.id, created=env.created, model=env.model, object="chat.completion",
-            choices=[Choice(index=0, message=message, finish_reason=reason)], usage=tally.usage(),
+            choices=[Choice(index=i, message=ChatCompletionMessage(role="assistant", content=text),
+                            finish_reason=reason) for i, (text, reason) in zip(indexes, made, strict=True)],
+            usage=tally.usage(),
         )  # fmt: skip
-    return Completion(
+    return OpenAICompletion(
         id=env.id, created=env.created, model=env.model, object="text_completion",
-        choices=[CompletionChoice(index=0, text=text, finish_reason=reason)], usage=tally.usage(),
+        choices=[CompletionChoice(index=i, text=text, finish_reason=reason)
+                 for i, (text, reason) in ((i, tally.choice(i)) for i in indexes)],
+        usage=tally.usage(),
     )  # fmt: skip
 
 
 def chunk(
-    env: Envelope, text: str, reason: str | None, first: bool = False
-) -> ChatCompletionChunk | Completion:
-    """One streamed chunk: a chat delta (the first one carries the role), or a completion's text."""
+    env: Envelope, text: str, reason: str | None, first: bool = False, index: int = 0
+) -> ChatCompletionChunk | OpenAICompletion:
+    """One streamed chunk of choice ``index``: a chat delta (the first one carries the role), or
+    a completion's text."""
     if env.chat:
         delta = ChoiceDelta(role="assistant", content=text) if first else ChoiceDelta(content=text)
         return ChatCompletionChunk(
             id=env.id, created=env.created, model=env.model, object="chat.completion.chunk",
-            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason(reason))],
+            choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason(reason))],
         )  # fmt: skip
-    return Completion.model_construct(  # finish_reason is null until the last chunk; the type says not
+    return OpenAICompletion.model_construct(  # finish_reason is null until the last chunk; the type says not
         id=env.id, created=env.created, model=env.model, object="text_completion",
         choices=[CompletionChoice.model_construct(
-            index=0, text=text, finish_reason=finish_reason(reason), logprobs=None  # type: ignore[arg-type]
+            index=index, text=text, finish_reason=finish_reason(reason), logprobs=None  # type: ignore[arg-type]
         )],
     )  # fmt: skip
 
 
-def usage_chunk(env: Envelope, usage: CompletionUsage) -> ChatCompletionChunk | Completion:
+def usage_chunk(env: Envelope, usage: CompletionUsage) -> ChatCompletionChunk | OpenAICompletion:
     """The last chunk when ``stream_options.include_usage``: no choices, the whole usage."""
     if env.chat:
         return ChatCompletionChunk(
             id=env.id, created=env.created, model=env.model, object="chat.completion.chunk",
             choices=[], usage=usage,
         )  # fmt: skip
-    return Completion(
+    return OpenAICompletion(
         id=env.id, created=env.created, model=env.model, object="text_completion", choices=[], usage=usage
     )

@@ -126,10 +126,24 @@ def test_model_refusal_is_400(client: openai.OpenAI) -> None:
     assert "max_tokens" in caught.value.message
 
 
-def test_n_above_one_is_refused_with_a_reason(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=MODEL, messages=CHAT, n=2)  # type: ignore[arg-type]
-    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == "n"
+def test_n_completions_are_n_choices_whole_and_streamed(client: openai.OpenAI) -> None:
+    """n = 3, 6 tokens each: three choices, each streamed with one finish reason of its own."""
+    ask = {"model": MODEL, "messages": CHAT, "n": 3, "max_tokens": 6, "temperature": 1.0, "seed": 7,
+           "extra_body": {"ignore_eos": True}}  # fmt: skip
+    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert [c.index for c in whole.choices] == [0, 1, 2]
+    assert all(c.message.content and c.finish_reason == "length" for c in whole.choices)
+    assert whole.usage is not None and whole.usage.completion_tokens == 3 * 6
+    chunks = list(client.chat.completions.create(**ask, stream=True))  # type: ignore[call-overload]
+    texts: dict[int, str] = {}
+    reasons: dict[int, list[str]] = {}
+    for c in chunks:
+        for choice in c.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                reasons.setdefault(choice.index, []).append(choice.finish_reason)
+    assert sorted(texts) == [0, 1, 2] and all(texts.values())
+    assert reasons == {0: ["length"], 1: ["length"], 2: ["length"]}
 
 
 def test_unknown_model_is_404(client: openai.OpenAI) -> None:

@@ -86,7 +86,6 @@ def test_priority_is_sent_only_to_a_model_that_takes_it() -> None:
         ({**CHAT, "stream": "yes please"}, None),
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"model": "m", "messages": []}, "messages"),
-        ({**CHAT, "n": 2}, "n"),
         ({**CHAT, "logprobs": True}, "logprobs"),
         ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
         ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
@@ -102,6 +101,11 @@ def test_bad_chat_requests_name_their_field(body: dict[str, Any], param: str | N
 def test_defaults_of_unsupported_fields_are_accepted() -> None:
     assert parse_chat({**CHAT, "n": 1, "logprobs": False, "tool_choice": "none"}).sampling == {}
     assert parse_completion({"model": "m", "prompt": "p", "echo": False, "best_of": 1, "logprobs": None})
+
+
+def test_n_reaches_the_model_as_vllms_n() -> None:
+    assert parse_chat({**CHAT, "n": 3}).sampling == {"n": 3}
+    assert parse_completion({"model": "m", "prompt": "p", "n": 2}).sampling == {"n": 2}
 
 
 def test_completion_logprobs_and_echo_are_refused() -> None:
