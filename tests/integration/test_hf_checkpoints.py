@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import yaml
 from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
 
 from builder.pipeline import build
 from builder.records import BuildOptions
@@ -159,3 +160,12 @@ def test_every_variant_was_verified_against_the_checkpoint(server: TritonServer,
     assert {p: r["passed"] for p, r in vision.items()} == {"fp32": True, "fp16": True, "int8": True}
     for name in ("embed", "sentiment", "ner"):
         assert manifest["models"][name]["verification"]["fp32"]["passed"]
+
+
+def test_bytes_that_are_no_image_or_no_utf8_text_get_an_error_naming_what_is_wrong(
+    server: TritonServer,
+) -> None:
+    with pytest.raises(InferenceServerException, match="cannot decode image"):
+        _infer(server, "vision_pipeline", "IMAGE", [b"not an image"], ["LABEL"])
+    with pytest.raises(InferenceServerException, match="not valid UTF-8"):
+        _infer(server, "sentiment_pipeline", "TEXT", [b"\xff\xfe"], ["LABEL"])

@@ -13,6 +13,7 @@ tokenizer and ``config.json`` are the checkpoint's, copied beside this file.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,16 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def without_torch() -> None:
+    """Marks torch absent before transformers is imported: a tokenizer needs none, and transformers
+    imports an installed torch (seconds and hundreds of MB in every model instance). The serving
+    image has no torch either. Only the Triton model calls it, never a process that uses torch."""
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  # None: "not importable"
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        without_torch()
         self.tagger = load_tagger(Path(args["model_repository"]) / args["model_version"])
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -11,6 +11,7 @@ others still succeed. The helpers import without Triton, so tests call them dire
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,19 @@ def encode(tokenizer: Any, texts: list[str], names: list[str], max_length: int) 
     return {name: np.asarray(encoded[name], dtype=np.int64) for name in names}
 
 
+def without_torch() -> None:
+    """Marks torch absent before transformers is imported: a tokenizer needs none, and transformers
+    imports an installed torch (seconds and hundreds of MB in every model instance). The serving
+    image has no torch either. Only the Triton model calls it, never a process that uses torch."""
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  # None: "not importable"
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         self.names = [o["name"] for o in config["output"]]
         self.max_length = int(config["parameters"]["max_length"]["string_value"])
+        without_torch()
         self.tokenizer = load_tokenizer(Path(args["model_repository"]) / args["model_version"])
 
     def execute(self, requests: list[Any]) -> list[Any]:
