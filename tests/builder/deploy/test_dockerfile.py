@@ -151,3 +151,20 @@ def test_serving_image_packages_cover_what_engines_and_python_models_import(tmp_
         [sys.executable, "-c", ENTRY_IMPORTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_builder_stage_installs_what_make_install_does_for_the_zoo() -> None:
+    """The extras and requirements files of the Makefile's install (bar the dev tools) are the
+    builder stage's, so `tritonforge build` on the default models.yaml finds its factories' packages."""
+    make = (ROOT / "Makefile").read_text()
+    builder = DOCKERFILE.split(" AS builder\n", 1)[1].split("\nFROM ", 1)[0]
+
+    def extras(text: str) -> set[str]:
+        return {e for group in re.findall(r"\.\[([\w,]+)\]", text) for e in group.split(",")}
+
+    def requirement_files(text: str) -> set[str]:
+        return set(re.findall(r"-r (requirements/[\w.-]+)", text))
+
+    assert extras(make) - {"dev"} == extras(builder) == {"zoo", "llm"}
+    wanted = {"requirements/llm.txt", "requirements/llm-nodeps.txt", "requirements/zoo-nodeps.txt"}
+    assert requirement_files(make) == requirement_files(builder) == wanted

