@@ -33,8 +33,9 @@ class LLMExportInputs(StageInputs):
 
 class LLMCheckInputs(StageInputs):
     STAGE = "llm-check"
-    TOOLS = ("transformers", "tokenizers")
+    TOOLS = ("transformers", "tokenizers", "gguf")
     export_key: str
+    source_fingerprint: str  # a GGUF source is read again, on its own, against the export
     max_model_len: int
     max_num_seqs: int
     kv_cache_space_gib: float
@@ -71,10 +72,10 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     export = _run(ctx, spec, export_in, lambda d: _export(spec, ctx, source, d))
     checkpoint = export.out / CHECKPOINT
     check_in = LLMCheckInputs(
-        export_key=export.key, max_model_len=spec.max_model_len, max_num_seqs=spec.max_num_seqs,
-        kv_cache_space_gib=spec.kv_cache_space_gib, lanes=spec.lanes,
+        export_key=export.key, source_fingerprint=fingerprint, max_model_len=spec.max_model_len,
+        max_num_seqs=spec.max_num_seqs, kv_cache_space_gib=spec.kv_cache_space_gib, lanes=spec.lanes,
     )  # fmt: skip
-    check = _run(ctx, spec, check_in, lambda d: _check(spec, ctx, checkpoint))
+    check = _run(ctx, spec, check_in, lambda d: _check(spec, ctx, checkpoint, source))
     prompts = ctx.spec_dir / spec.evaluation.prompts
     verify_in = LLMVerifyInputs(
         export_key=export.key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
@@ -104,17 +105,34 @@ def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
     return {"parameters": done.parameters, "weights_bytes": done.weights_bytes, "dtype": done.dtype.value}
 
 
-def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path) -> Info:
+def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, source: Path) -> Info:
     from builder.llm.check import check_checkpoint  # imports transformers
 
     checked = check_checkpoint(checkpoint, spec, file=ctx.spec_file)
     plan = checked.memory
-    return {
+    info: Info = {
         "architecture": checked.architecture,
         "kv_bytes_per_token": plan.kv_bytes_per_token,
         "sequences_that_fit": plan.sequences_that_fit,
         "weights_bytes": plan.weights_bytes,
     }
+    if source.is_file():  # a GGUF file (a folder is a checkpoint transformers reads as it is)
+        info["gguf"] = _check_against_gguf(spec, ctx, checkpoint, source)
+    return info
+
+
+def _check_against_gguf(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, source: Path) -> Info:
+    from builder.llm.gguf_check import compare
+
+    found = compare(source, checkpoint, spec.dtype)
+    if not found.agrees:
+        more = f" (and {len(found.mismatches) - 3} more)" if len(found.mismatches) > 3 else ""
+        raise VerificationError(
+            f"the export does not match {source.name} read on its own: "
+            + "; ".join(found.mismatches[:3]) + more,
+            file=ctx.spec_file, model=spec.name, field="source",
+        )  # fmt: skip
+    return {"tensors": found.tensors, "tokens": found.tokens, "merges": found.merges}
 
 
 def _verify(spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path) -> Info:
