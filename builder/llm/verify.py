@@ -241,6 +241,12 @@ def _report(
         failures.append(
             f"{dtype.value}: mean log-prob gap {gap:.4f} above max_logprob_gap {tolerance.max_logprob_gap}"
         )
+    failures += [
+        f"{dtype.value}: prompt {c.index}: log-prob gap {c.logprob_gap:.4f} above {tolerance.prompt_gap:.4g} "
+        "(max_prompt_logprob_gap)"
+        for c in checks
+        if c.logprob_gap > tolerance.prompt_gap
+    ]
     return LLMVerification(
         dtype=dtype,
         tokens=n,

@@ -87,11 +87,23 @@ class Sampling(Strict):
     max_tokens: Annotated[int, Field(ge=1)] = 128
 
 
+PROMPT_GAP_FACTOR = 4.0
+
+
 class LLMTolerance(Strict):
     """How close the engine's greedy output must stay to the source model's."""
 
     min_agreement: Annotated[float, Field(ge=0.0, le=1.0)]  # share of prompts whose first N tokens agree
     max_logprob_gap: Annotated[float, Field(ge=0.0)]  # mean |log p engine - log p source| per token
+    # The same mean on each prompt alone (None: PROMPT_GAP_FACTOR x max_logprob_gap), so that one
+    # prompt cannot drift far while the others hold the mean down.
+    max_prompt_logprob_gap: Annotated[float, Field(ge=0.0)] | None = None
+
+    @property
+    def prompt_gap(self) -> float:
+        if self.max_prompt_logprob_gap is not None:
+            return self.max_prompt_logprob_gap
+        return PROMPT_GAP_FACTOR * self.max_logprob_gap
 
 
 class Evaluation(Strict):

@@ -44,6 +44,19 @@ def test_report_out_of_tolerance_names_both_measures() -> None:
     )
 
 
+def test_one_prompt_far_off_fails_though_the_mean_holds() -> None:
+    tol = LLMTolerance(min_agreement=0.75, max_logprob_gap=0.1)
+    assert tol.prompt_gap == 0.4  # PROMPT_GAP_FACTOR x max_logprob_gap when not given
+    checks = tuple(
+        PromptCheck(i, True, 16, gap, "a", "a") for i, gap in enumerate([0.0, 0.0, 0.0, 0.0, 0.45])
+    )
+    report = _report(LLMDType.BFLOAT16, 16, checks, tol, RESULT, 1.0)
+    assert report.mean_logprob_gap < tol.max_logprob_gap and not report.passed
+    assert report.failures == ("bfloat16: prompt 4: log-prob gap 0.4500 above 0.4 (max_prompt_logprob_gap)",)
+    looser = LLMTolerance(min_agreement=0.75, max_logprob_gap=0.1, max_prompt_logprob_gap=0.5)
+    assert _report(LLMDType.BFLOAT16, 16, checks, looser, RESULT, 1.0).passed
+
+
 def test_out_of_tolerance_is_not_published() -> None:
     from builder.errors import VerificationError
     from builder.llm.verify import require_passed
