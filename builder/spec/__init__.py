@@ -282,8 +282,9 @@ class Serve(OmitsUnset):
 
     threads: Annotated[int, Field(ge=0)] = 0  # ORT intra-op threads (0 = ORT's default)
     # Whether ONNX Runtime's idle intra-op workers spin waiting for work (the local target's
-    # onnx_runner, parameter allow_spinning); unset = spin only with one instance. Which is
-    # faster depends on the serving machine's other load, so `tritonforge tune` measures it.
+    # onnx_runner, parameter allow_spinning); unset = spin only where the instances' threads
+    # leave a core of the serving machine free. Which is faster depends on the serving machine's
+    # other load, so `tritonforge tune` measures it.
     # The cpu target's onnxruntime backend has no such setting: it is not written there.
     spinning: bool | None = None
 

@@ -53,7 +53,7 @@ class LocalTarget(Target):
         cfg.backend = "python"
         set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
                              "intra_op_threads": str(model.serve.threads)})  # fmt: skip
-        if model.serve.spinning is not None:  # unset: the runner's rule (spin only with one instance)
+        if model.serve.spinning is not None:  # unset: the runner's rule (spin only with a core to spare)
             set_parameters(cfg, {"allow_spinning": "1" if model.serve.spinning else "0"})
         if model.sequence is not None:
             set_parameters(cfg, {"sequence_state": sequence_state_parameter(model.sequence)})

@@ -15,6 +15,7 @@ the spec unchanged. The bounds come from the spec itself:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,7 @@ class Candidate:
     preferred_batch_sizes: tuple[int, ...]
     max_batch_size: int
     spinning: bool | None = None  # serve.spinning; None = the runner's rule (runner_spins)
+    threads: int = 0  # serve.threads, not searched (0: the cores shared out among the instances)
 
     @property
     def label(self) -> str:
@@ -49,10 +51,16 @@ class Candidate:
         }
 
 
-def runner_spins(cand: Candidate) -> bool:
-    """Whether the onnx_runner spins for ``cand``: as set, else only with one instance (the
-    runner's ``_spinning`` rule, which cannot be imported from a Python-backend model)."""
-    return cand.spinning if cand.spinning is not None else cand.instances == 1
+def runner_spins(cand: Candidate, cores: int | None = None) -> bool:
+    """Whether the onnx_runner spins for ``cand`` on a machine of ``cores`` (default: this one,
+    which the tuner measures on): as set, else only where the instances' intra-op threads leave a
+    core free (the runner's ``_spinning`` and ``spare_core``, which cannot be imported from a
+    Python-backend model)."""
+    if cand.spinning is not None:
+        return cand.spinning
+    cores = cores or os.cpu_count() or 1
+    threads = cand.threads or max(1, cores // cand.instances)
+    return cand.instances * threads < cores
 
 
 def of_spec(model: ModelSpec) -> Candidate:
@@ -63,6 +71,7 @@ def of_spec(model: ModelSpec) -> Candidate:
         preferred_batch_sizes=tuple(model.batching.preferred_batch_sizes),
         max_batch_size=model.max_batch_size,
         spinning=model.serve.spinning,
+        threads=model.serve.threads,
     )
 
 
@@ -186,7 +195,12 @@ def normalize(cand: Candidate, max_concurrency: int) -> Candidate:
     """
     reachable = tuple(sorted({s for s in cand.preferred_batch_sizes if s <= max_concurrency}))
     return Candidate(
-        cand.instances, cand.max_queue_delay_us, reachable, cand.max_batch_size, runner_spins(cand)
+        cand.instances,
+        cand.max_queue_delay_us,
+        reachable,
+        cand.max_batch_size,
+        runner_spins(cand),
+        cand.threads,
     )
 
 

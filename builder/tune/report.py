@@ -20,7 +20,7 @@ def _best(t: Trial, budget: float) -> str:
 
 def _spins(cand: Candidate) -> str:
     how = "spinning" if runner_spins(cand) else "sleeping"
-    return how if cand.spinning is not None else f"{how} (unset: spin only with one instance)"
+    return how if cand.spinning is not None else f"{how} (unset: spin only with a core to spare)"
 
 
 def spinning_line(result: SearchResult) -> str:

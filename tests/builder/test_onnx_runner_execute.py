@@ -163,12 +163,29 @@ def test_without_batching_a_bounded_model_always_uses_its_line(runner: Any, tmp_
     assert _answered_by_the_worker(model, [Request(_x(1))])
 
 
-def test_spinning_follows_the_parameter_else_the_instance_count(runner: Any) -> None:
+def test_spinning_follows_the_parameter(runner: Any) -> None:
     one = {"instance_group": [{"count": 1}]}
     two = {"instance_group": [{"count": 2}]}
-    assert runner._spinning({}, one) and not runner._spinning({}, two)
     assert not runner._spinning({"allow_spinning": "0"}, one)
     assert runner._spinning({"allow_spinning": "true"}, two)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 8, 64])
+def test_unset_spinning_follows_this_machines_cores(runner: Any, monkeypatch: Any, cores: int) -> None:
+    """Unset, workers spin only where the instances' threads leave a core free, read from the
+    same os.cpu_count() the runner sizes its threads by."""
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
+    one = {"instance_group": [{"count": 1}]}
+    assert runner._spinning({"intra_op_threads": "1"}, one) is (cores > 1)
+    assert runner._spinning({"intra_op_threads": "2"}, one) is (cores > 2)
+    assert not runner._spinning({}, one)  # unset threads take every core: none is left
+    two = {"instance_group": [{"count": 2}]}
+    assert runner._spinning({"intra_op_threads": "1"}, two) is (cores > 2)
+
+
+def test_a_spare_core_is_one_the_sessions_threads_leave(runner: Any) -> None:
+    assert runner.spare_core(1, 1, 2) and runner.spare_core(2, 1, 3)
+    assert not runner.spare_core(1, 2, 2) and not runner.spare_core(2, 1, 2)
 
 
 def test_timings_are_off_unless_asked(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:

@@ -68,14 +68,21 @@ def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
 
 def _spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
     """Whether ORT's idle intra-op workers spin waiting for work: as the config's ``allow_spinning``
-    parameter says, else only with one instance (several spinning instances slow each other).
-    Which wins depends on the machine's other load (bench/runner_overhead.py): with other work
-    on the two cores, workers that sleep served light_cnn 1.9x faster at concurrency 1; on a
-    quiet machine spinning was 6-9 % faster."""
+    parameter says, else only where the instances' threads leave a core of this machine free
+    (``spare_core``). Which wins depends on the machine (bench/runner_overhead.py): a worker
+    spinning on the core that tritonserver's threads, the stub and the clients need delays every
+    hand-off of a request; with other work on two cores, workers that sleep served light_cnn 1.9x
+    faster at concurrency 1, and on an idle machine spinning was 6-9 % faster."""
     given = params.get("allow_spinning", "").lower()
     if given in ("0", "1", "false", "true"):
         return given in ("1", "true")
-    return _instances(config) == 1
+    return spare_core(_instances(config), _threads(params, config), os.cpu_count() or 1)
+
+
+def spare_core(instances: int, threads: int, cores: int) -> bool:
+    """Whether ``instances`` ONNX Runtime sessions of ``threads`` intra-op threads each leave at
+    least one of ``cores`` to the server and its clients."""
+    return instances * threads < cores
 
 
 def _instances(config: dict[str, Any]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -93,10 +94,19 @@ def test_spinning_goes_from_the_spec_and_back(zoo) -> None:  # type: ignore[no-u
     assert apply(tuned, of_spec(model)).serve.spinning is None
 
 
-def test_unset_spinning_is_the_runners_rule() -> None:
-    one, two = Candidate(1, 0, (), 8), Candidate(2, 0, (), 8)
-    assert runner_spins(one) and not runner_spins(two)
-    assert equivalence_key(one, 8) == equivalence_key(Candidate(1, 0, (), 8, spinning=True), 8)
-    assert equivalence_key(one, 8) != equivalence_key(Candidate(1, 0, (), 8, spinning=False), 8)
-    assert equivalence_key(two, 8) == equivalence_key(Candidate(2, 0, (), 8, spinning=False), 8)
-    assert equivalence_key(two, 8) != equivalence_key(Candidate(2, 0, (), 8, spinning=True), 8)
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 16])
+def test_unset_spinning_is_the_runners_rule(cores: int) -> None:
+    """Unset, the runner spins only where instances x threads leave one of the cores free."""
+    one, two = Candidate(1, 0, (), 8, threads=1), Candidate(2, 0, (), 8, threads=1)
+    assert runner_spins(one, cores) is (cores > 1) and runner_spins(two, cores) is (cores > 2)
+    assert not runner_spins(Candidate(1, 0, (), 8), cores)  # unset threads take every core
+    assert runner_spins(Candidate(1, 0, (), 8, spinning=True), cores)
+
+
+def test_unset_spinning_is_equivalent_to_what_the_runner_does_here() -> None:
+    one, two = Candidate(1, 0, (), 8, threads=1), Candidate(2, 0, (), 8, threads=1)
+    for cand in (one, two):
+        same = dataclasses.replace(cand, spinning=runner_spins(cand))
+        other = dataclasses.replace(cand, spinning=not runner_spins(cand))
+        assert equivalence_key(cand, 8) == equivalence_key(same, 8)
+        assert equivalence_key(cand, 8) != equivalence_key(other, 8)
