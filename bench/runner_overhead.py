@@ -75,6 +75,8 @@ VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "default": ([], False),  # this tree's runner and config
     "unbounded": ([_unbounded], False),
     "no_batching": ([_no_batching], False),
+    "off": ([_no_batching, _unbounded], False),  # the spec's batching.enabled: false
+    "off_no_spin": ([_no_batching, _unbounded, _param("allow_spinning", "0")], False),
     "no_spin": ([_param("allow_spinning", "0")], False),
     "spin": ([_param("allow_spinning", "1")], False),
     "threads1": ([_param("intra_op_threads", "1")], False),
