@@ -97,6 +97,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
     steps = report["steps"]
+    seed_from_image(args.repo)
     steps["build"] = engines(args, deadline, "--require-engines")
     if steps["build"]["ok"]:
         steps["rebuild"] = engines(args, deadline, "--if-stale", "--require-engines")
@@ -120,6 +121,15 @@ def main(argv: list[str]) -> int:
     write(args.out, report)
     print(f"gpu_check: {'passed' if report['ok'] else 'FAILED'} on {found.reason} (report: {args.out})")
     return 0 if report["ok"] else 1
+
+
+def seed_from_image(repo: Path) -> None:
+    """In the serving image, a repository not built yet starts as a copy of the image's
+    ($TRITONFORGE_REPOSITORY, built by the builder stage), so its plans are built as the
+    entrypoint builds them; that image cannot run the whole build (no exporters)."""
+    image = Path(os.environ.get("TRITONFORGE_REPOSITORY", "/nonexistent"))
+    if not repo.exists() and (image / "manifest.json").is_file():
+        shutil.copytree(image, repo, symlinks=True)
 
 
 def engines(args: argparse.Namespace, deadline: float, *flags: str) -> dict[str, Any]:
