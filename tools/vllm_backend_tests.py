@@ -3,8 +3,9 @@
 
 The server is started the way their ``test.sh`` scripts start theirs: the model named
 ``vllm_opt`` (the name their tests hard-code), HTTP, gRPC and metrics on localhost 8000, 8001
-and 8002, explicit model control with the model loaded. Each test file runs with pytest from its
-own folder (they import ``../../common/test_util.py``). Their files are not part of this project:
+and 8002, explicit model control with the model loaded. Each test file runs from its own folder
+(they import ``../../common/test_util.py``), with python for their unittest files and pytest for
+the others, as their scripts run them. Their files are not part of this project:
 pass the checkout's folder.
 
     python tools/vllm_backend_tests.py --checkout ~/vllm_backend \\
@@ -17,8 +18,10 @@ cases pass except where the test assumes the model writes 16 tokens without endi
 OPT-125m their CI serves, not for an instruction-tuned model that answers in fewer; Triton's own
 backend returns the same outputs for the same engine. Tests that cannot run here at all: the
 metrics test (it asserts OPT-125m's exact token counts), the health check (it patches vLLM's
-installed sources), multi-LoRA (it downloads adapters), multi-GPU ones (no GPU), and the request
-cancellation test unless ``--max-waiting`` admits its 100 requests at once.
+installed sources), multi-LoRA (it downloads adapters) and the multi-GPU ones (no GPU). The
+request cancellation test (ci/L0_backend_vllm/request_cancellation) passed with
+``--max-waiting 128``: it sends 100 requests at once, and the model refuses those beyond
+max_num_seqs + max_waiting, which that test does not expect.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkout", type=Path, required=True, help="a vllm_backend checkout")
     parser.add_argument("--work", type=Path, default=ROOT / ".tritonforge" / "vllm-backend-tests")
     parser.add_argument("--max-waiting", type=int, default=None, help="admission beyond max_num_seqs")
-    parser.add_argument("--pytest", default="", help="more pytest arguments, e.g. '-k True-None'")
+    parser.add_argument("--pytest", default="", help="more pytest arguments as one value: --pytest='-k x'")
     parser.add_argument("tests", nargs="+", help="test files, relative to the checkout")
     args = parser.parse_args(argv)
     for test in args.tests:
@@ -68,6 +71,14 @@ def serve(work: Path, max_waiting: int | None) -> TritonServer:
     return server
 
 
+def command(test: Path, pytest_args: str) -> list[str]:
+    """As their test scripts run it: a unittest file (it ends in unittest.main(), and its result
+    collector needs unittest's runner) with python, the others with pytest."""
+    if "unittest.main()" in test.read_text(encoding="utf-8"):
+        return [sys.executable, test.name]
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *shlex.split(pytest_args), test.name]
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -76,8 +87,7 @@ def main(argv: list[str]) -> int:
         status = 0
         for test in args.tests:
             path = (args.checkout / test).resolve()
-            command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *shlex.split(args.pytest)]
-            done = subprocess.run([*command, path.name], cwd=path.parent, check=False)
+            done = subprocess.run(command(path, args.pytest), cwd=path.parent, check=False)
             status = status or done.returncode
         return status
     finally:
