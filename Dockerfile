@@ -79,8 +79,7 @@ RUN pip list --format=freeze > /tmp/tritonforge/image-packages.txt \
  && pip install --no-cache-dir -c /tmp/tritonforge/image-packages.txt -r /tmp/tritonforge/requirements-openai.txt \
  && pip install --no-cache-dir --no-deps /tmp/tritonforge/wheels/*.whl \
  && rm -rf /tmp/tritonforge \
- && python3 -c "import builder.openai_frontend.app, builder.deploy.llm_repository" \
- && tritonforge --help > /dev/null
+ && python3 -c "import builder.openai_frontend.app"
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/llm_repository ./model_repository
 COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
 USER 10001:10001
