@@ -12,14 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
 
 from builder.errors import DataError
-from builder.python_models.image_preprocess.model import Recipe, preprocess_image
+from builder.python_models.image_preprocess.model import Recipe
+from zoo import resnet
 
 NUM_CLASSES = 1000
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 PHOTOS = Path(__file__).resolve().parent.parent / "calibration" / "resnet18"
 CAT_PHOTO = PHOTOS / "eval" / "eval_003_chelsea.jpg"  # the zoo's cat photo
 COFFEE_PHOTO = PHOTOS / "eval" / "eval_016_coffee.jpg"
@@ -66,12 +65,6 @@ def imagenet_labels() -> list[str]:
 
 
 def read_images(path: Path) -> dict[str, NDArray[Any]]:
-    """{"input": float32 [N, 3, 224, 224]} for every .jpg/.jpeg/.png in ``path``, in name order."""
-    path = Path(path)
-    if not path.is_dir():
-        raise DataError("image folder not found", file=path)
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise DataError(f"no {'/'.join(IMAGE_SUFFIXES)} images in the folder", file=path)
-    pixels = [preprocess_image(f.read_bytes(), PREPROCESSING) for f in files]
-    return {"input": np.stack(pixels).astype(np.float32)}
+    """{"input": float32 [N, 3, 224, 224]} for every .jpg/.jpeg/.png in ``path``, in name order,
+    preprocessed as the weights were trained."""
+    return resnet.read_images(path, PREPROCESSING)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -16,6 +16,9 @@ from numpy.typing import NDArray
 from torch import nn
 
 from builder.errors import DataError
+
+if TYPE_CHECKING:
+    from builder.python_models.image_preprocess.model import Recipe
 
 NUM_CLASSES = 1000
 SEED = 18
@@ -154,9 +157,10 @@ def _fit_classifier(model: ResNet18, images: torch.Tensor, gen: torch.Generator)
     model.fc.bias.zero_()
 
 
-def read_images(path: Path) -> dict[str, NDArray[Any]]:
-    """{"input": float32 [N, 3, 224, 224]} for every .jpg/.jpeg/.png in ``path``, in name order."""
-    from builder.python_models.image_preprocess.model import preprocess_image
+def read_images(path: Path, recipe: Recipe | None = None) -> dict[str, NDArray[Any]]:
+    """{"input": float32 [N, 3, 224, 224]} for every .jpg/.jpeg/.png in ``path``, in name order,
+    preprocessed with ``recipe`` (ImageNet's by default)."""
+    from builder.python_models.image_preprocess.model import IMAGENET, preprocess_image
 
     path = Path(path)
     if not path.is_dir():
@@ -164,4 +168,5 @@ def read_images(path: Path) -> dict[str, NDArray[Any]]:
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise DataError(f"no {'/'.join(IMAGE_SUFFIXES)} images in the folder", file=path)
-    return {"input": np.stack([preprocess_image(f.read_bytes()) for f in files]).astype(np.float32)}
+    pixels = [preprocess_image(f.read_bytes(), recipe or IMAGENET) for f in files]
+    return {"input": np.stack(pixels).astype(np.float32)}
