@@ -193,6 +193,7 @@ class LLMBuild:
     checkpoint: Path
     verdict: LLMVerdict
     stages: list[StageResult]
+    adapters: dict[str, Path] = field(default_factory=dict)  # LoRA adapter name -> its checked copy
 
     @property
     def seconds(self) -> float:

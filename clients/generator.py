@@ -9,6 +9,8 @@ vLLM backend (the ``gpu`` target) has neither ``messages`` nor ``priority``: a r
 ``priority`` only when the caller sets it, and a chat or a priority is checked against the model's
 metadata first, refused with InvalidInput on a model without that input.
 Stopping a stream early (closing the iterator) cancels the request on the server.
+``lora_name`` picks one of the model's LoRA adapters, sent as Triton's vLLM backend takes it (the
+``lora_name`` key of ``sampling_parameters``), so it works against both targets' models.
 With the sampling parameter ``n`` > 1 (``generate(prompt, n=3)``), the other completions come in
 ``Generation.others`` and ``Piece.others`` (``Generation.completions`` has them all).
 """
@@ -30,7 +32,7 @@ from .protocol import parse_url
 
 Prompt = str | Sequence[Mapping[str, str]]
 # Bad-input errors of the model name the request field first; a gRPC stream error carries no status.
-FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output")
+FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output", "LoRA ")
 # Inputs of the local model that Triton's vLLM backend lacks: checked against the model's metadata.
 EXTENSIONS = ("messages", "priority")
 
@@ -97,6 +99,11 @@ def request_fields(
     else:
         fields["messages"] = json.dumps([dict(m) for m in prompt])
     return fields
+
+
+def with_lora(sampling: Mapping[str, Any], lora_name: str | None) -> dict[str, Any]:
+    """The extra sampling parameters, with ``lora_name`` when one is asked for."""
+    return {**sampling, "lora_name": lora_name} if lora_name is not None else dict(sampling)
 
 
 def model_inputs(metadata: Mapping[str, Any]) -> frozenset[str]:
@@ -274,27 +281,36 @@ class Generator:
 
     def generate(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> Generation:  # fmt: skip
-        """The whole generation in one response (not streamed)."""
-        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
+        """The whole generation in one response (not streamed); ``lora_name``: one of the model's
+        LoRA adapters (None: the base model)."""
+        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority,
+                                with_lora(sampling, lora_name))  # fmt: skip
         return join(list(self._pieces(fields)))
 
     def stream(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> Iterator[str]:  # fmt: skip
         """Text pieces as the server makes them (empty ones left out)."""
-        for piece in self.stream_pieces(prompt, max_tokens, temperature, top_p, stop, priority, **sampling):
+        pieces = self.stream_pieces(
+            prompt, max_tokens, temperature, top_p, stop, priority, lora_name, **sampling
+        )
+        for piece in pieces:
             if piece.text:
                 yield piece.text
 
     def stream_pieces(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> Iterator[Piece]:  # fmt: skip
         """Every streamed response with its finish reason and token counts."""
-        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
+        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority,
+                                with_lora(sampling, lora_name))  # fmt: skip
         yield from self._pieces(fields)
 
     def _pieces(self, fields: dict[str, Any]) -> Iterator[Piece]:
@@ -407,26 +423,31 @@ class AsyncGenerator:
 
     async def generate(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> Generation:  # fmt: skip
-        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority, sampling)
+        fields = request_fields(prompt, False, max_tokens, temperature, top_p, stop, priority,
+                                with_lora(sampling, lora_name))  # fmt: skip
         return join([p async for p in self._pieces(fields)])
 
     async def stream(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> AsyncIterator[str]:  # fmt: skip
         async for piece in self.stream_pieces(
-            prompt, max_tokens, temperature, top_p, stop, priority, **sampling
+            prompt, max_tokens, temperature, top_p, stop, priority, lora_name, **sampling
         ):
             if piece.text:
                 yield piece.text
 
     async def stream_pieces(
         self, prompt: Prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-        stop: Sequence[str] | None = None, priority: int | None = None, **sampling: Any,
+        stop: Sequence[str] | None = None, priority: int | None = None, lora_name: str | None = None,
+        **sampling: Any,
     ) -> AsyncIterator[Piece]:  # fmt: skip
-        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority, sampling)
+        fields = request_fields(prompt, True, max_tokens, temperature, top_p, stop, priority,
+                                with_lora(sampling, lora_name))  # fmt: skip
         async for piece in self._pieces(fields):
             yield piece
 

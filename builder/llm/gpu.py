@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, HEALTH_CHECK, add_tensors
+from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, HEALTH_CHECK, LORA_NAMES, add_tensors
+from builder.llm.serving import LORA_DIR
 from builder.spec.llm import LLMSpec
 
 ENGINE_ARGS_FILE = "model.json"
@@ -40,12 +41,27 @@ def gpu_config(spec: LLMSpec) -> ModelConfig:
     # vLLM's engine statistics as Triton custom metrics (needs disable_log_stats false).
     cfg.parameters["REPORT_CUSTOM_METRICS"].string_value = "true"
     cfg.parameters[HEALTH_CHECK].string_value = "true"
+    if spec.lora is not None:  # a parameter that backend ignores; the OpenAI endpoint reads it
+        cfg.parameters[LORA_NAMES].string_value = json.dumps(sorted(spec.lora.adapters))
     return cfg
+
+
+def gpu_multi_lora(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> dict[str, str]:
+    """``multi_lora.json`` for Triton's vLLM backend: it hands each path to vLLM as written, and
+    vLLM resolves a relative one against the server's working directory, so the paths are
+    absolute, under the repository's mount (as model.json's ``model``)."""
+    assert spec.lora is not None
+    version = mount / spec.name / "1"
+    return {name: str(version / LORA_DIR / name) for name in sorted(spec.lora.adapters)}
 
 
 def gpu_model_json(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> dict[str, JsonValue]:
     """vLLM's ``AsyncEngineArgs`` for the GPU host, from the spec's ``gpu`` section."""
     gpu = spec.gpu
+    lora: dict[str, JsonValue] = {}
+    if spec.lora is not None:
+        lora = {"enable_lora": True, "max_lora_rank": spec.lora.max_lora_rank,
+                "max_loras": spec.lora.batch_loras}  # fmt: skip
     return {
         "model": str(mount / spec.name / "1" / CHECKPOINT_DIR),
         "dtype": gpu.dtype.value,
@@ -57,6 +73,7 @@ def gpu_model_json(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> di
         "enable_chunked_prefill": spec.enable_chunked_prefill,
         "scheduling_policy": spec.scheduling_policy.value,
         "disable_log_stats": False,
+        **lora,
     }
 
 

@@ -50,6 +50,10 @@ LOCAL_OUTPUTS = BACKEND_OUTPUTS
 # Triton's vLLM-backend config parameter: a model whose engine died stops serving and unloads itself
 # (with explicit model control), so that it stops being READY. Both LLM models honour it.
 HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
+# tritonforge's config parameter naming a model's LoRA adapters (a JSON list), written only where
+# the spec has adapters; requests choose one as Triton's vLLM backend has it, with sampling_parameters'
+# ``lora_name``.
+LORA_NAMES = "lora_names"
 
 
 def add_tensors(cfg: ModelConfig, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:

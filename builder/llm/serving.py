@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -18,11 +19,13 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import HEALTH_CHECK, LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
+from builder.llm.interface import HEALTH_CHECK, LOCAL_INPUTS, LOCAL_OUTPUTS, LORA_NAMES, add_tensors
 from builder.spec.llm import Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
 ENGINE_ARGS_FILE = "model.json"
+MULTI_LORA_FILE = "multi_lora.json"  # Triton's vLLM backend's name
+LORA_DIR = "loras"  # the adapters' folder in the version folder
 MODEL_SOURCE = Path(__file__).parents[1] / "python_models" / "vllm_engine" / "model.py"
 GIB = 1 << 30
 
@@ -30,6 +33,21 @@ GIB = 1 << 30
 class Device(str, Enum):
     CPU = "cpu"
     GPU = "gpu"
+
+
+@dataclass(frozen=True)
+class LoRAArgs:
+    """vLLM's LoRA engine arguments, as Triton's vLLM backend reads them from model.json."""
+
+    max_lora_rank: int = 16
+    max_loras: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_lora_rank < 1 or self.max_loras < 1:
+            raise ValueError(f"engine: max_lora_rank and max_loras must be >= 1, got {self}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"enable_lora": True, "max_lora_rank": self.max_lora_rank, "max_loras": self.max_loras}
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class EngineArgs:
     enforce_eager: bool = True
     max_num_batched_tokens: int | None = None
     seed: int = 0
+    lora: LoRAArgs | None = None  # None: no LoRA adapters (enable_lora left out)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -127,6 +146,7 @@ class ServingSettings:
     lanes: tuple[Lane, ...] = ()
     execution_env: str | None = None
     sampling: Sampling | None = None
+    lora_names: tuple[str, ...] = ()  # the adapters of multi_lora.json
 
     def __post_init__(self) -> None:
         if self.max_waiting is not None and self.max_waiting < 0:
@@ -157,7 +177,20 @@ def model_json(args: EngineArgs) -> dict[str, Any]:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.max_num_batched_tokens is not None:
         out["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.lora is not None:
+        out.update(args.lora.as_json())
     return out
+
+
+def multi_lora_json(paths: Mapping[str, str]) -> str:
+    """``multi_lora.json`` (Triton's vLLM backend's file): adapter name -> its folder."""
+    return json.dumps(dict(paths), indent=2) + "\n"
+
+
+def set_lora_names(cfg: ModelConfig, names: Iterable[str]) -> None:
+    """The adapters' names as a config parameter, for clients that see only the config (the
+    OpenAI endpoint lists them as models); the model checks it against multi_lora.json."""
+    cfg.parameters[LORA_NAMES].string_value = json.dumps(list(names))
 
 
 def local_config(name: str, settings: ServingSettings | None = None) -> ModelConfig:
@@ -181,15 +214,23 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         cfg.parameters["sampling_defaults"].string_value = defaults
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
+    if settings.lora_names:
+        set_lora_names(cfg, settings.lora_names)
     return cfg
 
 
-def write_local_model(model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None) -> Path:
-    """``model_dir/config.pbtxt``, ``1/model.py`` and ``1/model.json``; returns the version folder."""
+def write_local_model(
+    model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None,
+    adapters: Mapping[str, str] | None = None,
+) -> Path:  # fmt: skip
+    """``model_dir/config.pbtxt``, ``1/model.py`` and ``1/model.json`` (and ``1/multi_lora.json``
+    naming ``adapters``' folders, given with ``engine.lora``); returns the version folder."""
     version = model_dir / "1"
     version.mkdir(parents=True, exist_ok=True)
     shutil.copy2(MODEL_SOURCE, version / "model.py")
     (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
+    if adapters:
+        (version / MULTI_LORA_FILE).write_text(multi_lora_json(adapters), encoding="utf-8")
     config = local_config(model_dir.name, settings)
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config), encoding="utf-8")
     return version

@@ -71,8 +71,17 @@ async def _list_models(request: Request) -> JSONResponse:
         models = await _bridge(request).models(fresh=True)
     except TritonClientError as exc:
         raise from_triton(exc) from None
-    data = [Model(id=name, created=0, object="model", owned_by="tritonforge").model_dump() for name in models]
+    data = []
+    for name, llm in models.items():
+        data.append(Model(id=name, created=0, object="model", owned_by="tritonforge").model_dump())
+        # Its LoRA adapters, as vLLM's own server lists them: their own ids, the base as parent.
+        data += [_adapter_card(adapter, name) for adapter in llm.adapters]
     return JSONResponse({"object": "list", "data": data})
+
+
+def _adapter_card(adapter: str, parent: str) -> dict[str, Any]:
+    card = Model(id=adapter, created=0, object="model", owned_by="tritonforge", parent=parent)
+    return card.model_dump()
 
 
 async def _chat(request: Request) -> Response:
@@ -86,16 +95,18 @@ async def _completion(request: Request) -> Response:
 async def _answer(request: Request, call: Call, chat: bool) -> Response:
     bridge = _bridge(request)
     try:
-        llm = await bridge.find(call.model)
+        route = await bridge.route(call.model)
     except TritonClientError as exc:
         raise from_triton(exc) from None
-    if llm is None:
+    if route is None:
         raise unknown_model(call.model)
+    llm = route.llm
     if chat and not llm.chat:
         raise bad_request(f"model `{llm.name}` takes no chat messages (no `messages` input): use "
                           "/v1/completions", "messages")  # fmt: skip
-    pieces = bridge.pieces(llm.name, call.fields(with_priority="priority" in llm.inputs))
-    env = Envelope.new(llm.name, chat)
+    fields = call.fields(with_priority="priority" in llm.inputs, lora_name=route.lora_name)
+    pieces = bridge.pieces(llm.name, fields)
+    env = Envelope.new(call.model, chat)  # an adapter's answers carry its name, as vLLM's do
     # The first response decides the status: a refusal or a bad request is an error, not a stream.
     try:
         first = await _first(pieces)

@@ -3,10 +3,14 @@
 An LLM is a ready decoupled model with the vLLM-backend interface (``text_input`` and
 ``sampling_parameters`` inputs), so the ``local`` model and Triton's own vLLM backend both
 qualify; a model with a ``messages`` input takes chats (it renders its own chat template).
+A model's LoRA adapters (its config parameter ``lora_names``, which the builder writes beside
+``multi_lora.json``) are models of their own here, as vLLM's own server lists them: a request
+naming one goes to its base model with that ``lora_name``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
@@ -20,16 +24,36 @@ from clients.errors import TritonClientError, translate
 from clients.generator import Piece, grpc_request, pieces_of
 
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
+LORA_NAMES = "lora_names"  # the config parameter naming a model's LoRA adapters (a JSON list)
 
 
 @dataclass(frozen=True)
 class LLM:
     name: str
     inputs: frozenset[str]
+    adapters: tuple[str, ...] = ()  # its LoRA adapters' names
 
     @property
     def chat(self) -> bool:
         return "messages" in self.inputs
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request's ``model`` goes: an LLM, and the adapter (None: the base model)."""
+
+    llm: LLM
+    lora_name: str | None = None
+
+
+def adapter_names(config: Any) -> tuple[str, ...]:
+    """The ``lora_names`` parameter of a model config; () when unset or not a list of names."""
+    text = config.parameters[LORA_NAMES].string_value if LORA_NAMES in config.parameters else ""
+    try:
+        names = json.loads(text) if text else []
+    except json.JSONDecodeError:
+        return ()
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
 def is_llm(config: Any) -> bool:
@@ -59,6 +83,17 @@ class TritonBridge:
         found = (await self.models()).get(name)
         return found if found is not None else (await self.models(fresh=True)).get(name)
 
+    async def route(self, name: str) -> Route | None:
+        """The LLM named ``name``, else the one whose adapter it names (a model's own name first)."""
+        for fresh in (False, True):
+            models = await self.models(fresh=fresh)
+            if name in models:
+                return Route(models[name])
+            owner = next((llm for llm in models.values() if name in llm.adapters), None)
+            if owner is not None:
+                return Route(owner, name)
+        return None
+
     async def _fetch(self) -> dict[str, LLM]:
         index = await self._stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
         found: dict[str, LLM] = {}
@@ -67,7 +102,8 @@ class TritonBridge:
                 continue
             reply = await self._stub.ModelConfig(service_pb2.ModelConfigRequest(name=model.name))
             if is_llm(reply.config):
-                found[model.name] = LLM(model.name, frozenset(i.name for i in reply.config.input))
+                inputs = frozenset(i.name for i in reply.config.input)
+                found[model.name] = LLM(model.name, inputs, adapter_names(reply.config))
         return found
 
     async def pieces(self, model: str, fields: Mapping[str, Any]) -> AsyncGenerator[Piece, None]:

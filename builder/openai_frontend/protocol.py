@@ -84,12 +84,14 @@ class Call:
     sampling: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # vLLM's extension field; lower runs first
 
-    def fields(self, with_priority: bool) -> dict[str, Any]:
-        """The model's inputs (the names of Triton's vLLM-backend interface)."""
+    def fields(self, with_priority: bool, lora_name: str | None = None) -> dict[str, Any]:
+        """The model's inputs (the names of Triton's vLLM-backend interface); ``lora_name`` goes in
+        ``sampling_parameters``, where that backend reads it."""
+        sampling = self.sampling if lora_name is None else {**self.sampling, "lora_name": lora_name}
         fields: dict[str, Any] = {
             "stream": self.stream,
             "exclude_input_in_output": True,
-            "sampling_parameters": json.dumps(self.sampling),
+            "sampling_parameters": json.dumps(sampling),
             "return_finish_reason": True,
             "return_num_input_tokens": True,
             "return_num_output_tokens": True,

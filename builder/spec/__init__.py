@@ -493,6 +493,7 @@ class Spec(Strict):
             raise ValueError("the spec needs at least one entry in 'models' or 'llms'")
         names = [m.name for m in self.all_models()] + [m.name for m in self.llms]
         _check_unique("model names", names)
+        _check_adapter_names(self.llms, set(names))
         known = {m.name: m for m in self.all_models()}
         for ens in self.ensembles:
             _check_ensemble(ens, known)
@@ -522,6 +523,20 @@ def _check_unique(what: str, names: list[str]) -> None:
         if n in seen:
             raise ValueError(f"{what}: '{n}' appears twice")
         seen.add(n)
+
+
+def _check_adapter_names(llms: list[LLMSpec], models: set[str]) -> None:
+    """An adapter's name is a model name on the OpenAI endpoint: unique, and no model's."""
+    owner: dict[str, str] = {}
+    for llm in llms:
+        for name in llm.lora.adapters if llm.lora is not None else ():
+            if name in models:
+                raise ValueError(f"llm '{llm.name}' lora.adapters: '{name}' is also a model's name")
+            if name in owner:
+                raise ValueError(
+                    f"llm '{llm.name}' lora.adapters: '{name}' is also an adapter of '{owner[name]}'"
+                )
+            owner[name] = llm.name
 
 
 def _check_ensemble(ens: EnsembleSpec, known: dict[str, Any]) -> None:

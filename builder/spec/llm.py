@@ -133,6 +133,37 @@ class GpuTarget(Strict):
     max_num_seqs: Annotated[int, Field(ge=1)] | None = None  # None: the spec's
 
 
+# The ranks vLLM's LoRAConfig takes for max_lora_rank.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class LoRA(Strict):
+    """PEFT LoRA adapters served beside the base model, as Triton's vLLM backend serves them
+    (``enable_lora`` in model.json, ``multi_lora.json`` naming each adapter's folder). Each
+    adapter is a folder relative to models.yaml or a ``pkg.mod:fn`` factory returning one."""
+
+    adapters: Annotated[dict[Name, Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    max_lora_rank: int = 16
+    max_loras: Annotated[int, Field(ge=1)] | None = None  # adapters in one batch (None: all of them)
+
+    @model_validator(mode="after")
+    def _rank_known(self) -> LoRA:
+        if self.max_lora_rank not in LORA_RANKS:
+            raise ValueError(
+                f"max_lora_rank {self.max_lora_rank} is not one vLLM takes "
+                f"({', '.join(map(str, LORA_RANKS))})"
+            )
+        return self
+
+    @property
+    def batch_loras(self) -> int:
+        return self.max_loras or len(self.adapters)
+
+    @staticmethod
+    def is_factory(ref: str) -> bool:
+        return bool(FACTORY_PATTERN.match(ref))
+
+
 class LLMSpec(Strict):
     """One generative model: a source, the vLLM engine's settings, verification, GPU entries."""
 
@@ -151,6 +182,7 @@ class LLMSpec(Strict):
     sampling: Sampling = Sampling()
     evaluation: Evaluation
     gpu: GpuTarget = GpuTarget()
+    lora: LoRA | None = None
 
     @property
     def source_kind(self) -> SourceKind:
@@ -177,6 +209,8 @@ class LLMSpec(Strict):
                         f"lanes.{field} {value} is not below max_model_len {self.max_model_len}: "
                         "no request would reach the long lane"
                     )
+        if self.lora is not None and self.name in self.lora.adapters:
+            raise ValueError(f"lora.adapters: '{self.name}' is the model's own name")
         return self
 
 

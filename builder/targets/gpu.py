@@ -14,12 +14,13 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import ONNX_FILE, model_io_config, set_instances, set_warmup
 from builder.engines.profiles import opt_batches, profile_shapes, triton_profiles
 from builder.errors import SpecError, VerificationError
-from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json
+from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json, gpu_multi_lora
+from builder.llm.serving import MULTI_LORA_FILE
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import InstanceKind, ModelSpec, Precision
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
-from builder.targets.vllm_python import checkpoint_files
+from builder.targets.vllm_python import adapter_files, checkpoint_files
 
 PLAN_FILE = "model.plan"
 
@@ -35,12 +36,11 @@ class GpuTarget(Target):
 
     def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
         """An entry for Triton's vLLM backend (``backend: "vllm"``, the -vllm-python-py3 image)."""
-        args = json.dumps(gpu_model_json(build.spec), indent=2) + "\n"
-        return [
-            ModelEntry(
-                gpu_config(build.spec), checkpoint_files(build.checkpoint), texts={ENGINE_ARGS_FILE: args}
-            )
-        ]
+        texts = {ENGINE_ARGS_FILE: json.dumps(gpu_model_json(build.spec), indent=2) + "\n"}
+        if build.spec.lora is not None:
+            texts[MULTI_LORA_FILE] = json.dumps(gpu_multi_lora(build.spec), indent=2) + "\n"
+        files = {**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)}
+        return [ModelEntry(gpu_config(build.spec), files, texts=texts)]
 
     def published(self, build: ModelBuild) -> dict[str, Precision]:
         assert build.served is not None

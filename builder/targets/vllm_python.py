@@ -8,12 +8,16 @@ from pathlib import Path
 
 from builder.llm.serving import (
     ENGINE_ARGS_FILE,
+    LORA_DIR,
     MODEL_SOURCE,
+    MULTI_LORA_FILE,
     EngineArgs,
     Lane,
+    LoRAArgs,
     ServingSettings,
     local_config,
     model_json,
+    multi_lora_json,
 )
 from builder.records import LLMBuild
 from builder.spec.llm import LLMSpec
@@ -23,15 +27,39 @@ CHECKPOINT_DIR = "checkpoint"
 
 
 def vllm_python_entry(build: LLMBuild) -> ModelEntry:
-    """Config, ``1/model.py``, ``1/model.json`` and the checkpoint under ``1/checkpoint/``."""
+    """Config, ``1/model.py``, ``1/model.json`` and the checkpoint under ``1/checkpoint/``; with
+    LoRA adapters, each under ``1/loras/<name>/`` and ``1/multi_lora.json`` naming them relative to
+    the version folder (the model resolves them there, as it does ``model``)."""
     spec = build.spec
-    args = engine_args(spec)
+    texts = {ENGINE_ARGS_FILE: json.dumps(model_json(engine_args(spec)), indent=2) + "\n"}
+    if build.adapters:
+        texts[MULTI_LORA_FILE] = multi_lora_json({name: adapter_dir(name) for name in build.adapters})
     return ModelEntry(
         local_config(spec.name, serving_settings(spec)),
-        artifacts=checkpoint_files(build.checkpoint),
+        artifacts={**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)},
         sources={"model.py": MODEL_SOURCE},
-        texts={ENGINE_ARGS_FILE: json.dumps(model_json(args), indent=2) + "\n"},
+        texts=texts,
     )
+
+
+def adapter_dir(name: str) -> str:
+    """An adapter's folder, relative to the version folder."""
+    return f"{LORA_DIR}/{name}"
+
+
+def adapter_files(adapters: dict[str, Path]) -> dict[str, Path]:
+    """Every file of every adapter, by its path in the version folder."""
+    return {
+        f"{adapter_dir(name)}/{p.relative_to(folder).as_posix()}": p
+        for name, folder in sorted(adapters.items())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def lora_args(spec: LLMSpec) -> LoRAArgs | None:
+    lora = spec.lora
+    return None if lora is None else LoRAArgs(max_lora_rank=lora.max_lora_rank, max_loras=lora.batch_loras)
 
 
 def engine_args(spec: LLMSpec) -> EngineArgs:
@@ -44,6 +72,7 @@ def engine_args(spec: LLMSpec) -> EngineArgs:
         enable_prefix_caching=spec.enable_prefix_caching,
         enable_chunked_prefill=spec.enable_chunked_prefill,
         scheduling_policy=spec.scheduling_policy,
+        lora=lora_args(spec),
     )
 
 
@@ -61,7 +90,10 @@ def serving_settings(spec: LLMSpec) -> ServingSettings:
                 kv_cache_space_gib=lane.kv_cache_space_gib,
             ),
         )
-    return ServingSettings(max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling)
+    lora_names = tuple(sorted(spec.lora.adapters)) if spec.lora is not None else ()
+    return ServingSettings(
+        max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling, lora_names=lora_names
+    )
 
 
 def checkpoint_files(checkpoint: Path) -> dict[str, Path]:

@@ -265,3 +265,11 @@ def test_over_http_the_generator_reads_the_metadata_of_the_model() -> None:
         with pytest.raises(InvalidInput, match="model 'smollm2' has no messages input"):
             gen.generate(CHAT)
         assert pool.urls == ["GET http://127.0.0.1:1/v2/models/smollm2"]
+
+
+def test_lora_name_goes_where_triton_vllm_backend_reads_it() -> None:
+    from clients.generator import request_fields, with_lora
+
+    fields = request_fields("Hi", False, 8, 0.0, 1.0, None, None, with_lora({}, "sea"))
+    assert json.loads(fields["sampling_parameters"])["lora_name"] == "sea" and "lora_name" not in fields
+    assert with_lora({"seed": 1}, None) == {"seed": 1}

@@ -7,9 +7,13 @@ Speaks the interface of Triton's vLLM backend: inputs ``text_input``, ``stream``
 ``logprobs`` (JSON: per new token, ``{token_id: {logprob, rank, decoded_token}}``; ``null`` unless
 ``sampling_parameters.logprobs`` is set), ``num_input_tokens``, ``num_output_tokens``.
 Engine arguments come from ``model.json`` in the version folder (``model`` may be relative to that
-folder). Beyond that interface: ``messages`` (a JSON list of chat messages rendered with the
-tokenizer's chat template) and ``priority`` (an input or a request parameter; lower runs first,
-vLLM's convention).
+folder). LoRA as in Triton's vLLM backend: with ``enable_lora`` in model.json, ``multi_lora.json`` in
+the version folder maps adapter names to folders (relative ones resolved against the version folder
+here), and a request names its adapter with ``lora_name`` in ``sampling_parameters`` (or the request
+parameters); without it the base model answers, and an unknown name is refused in that backend's
+words, naming the adapters there are. Beyond that interface: ``messages`` (a JSON list of chat
+messages rendered with the tokenizer's chat template) and ``priority`` (an input or a request
+parameter; lower runs first, vLLM's convention).
 
 The engine runs on its own event loop thread; responses go out through one sender thread so the
 loop never waits on the server. That thread alone asks ``is_cancelled()``, and only of requests
@@ -59,6 +63,9 @@ except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
 ENGINE_ARGS_FILE = "model.json"
+MULTI_LORA_FILE = "multi_lora.json"  # Triton's vLLM backend's file: adapter name -> folder
+LORA_KEY = "lora_name"  # the sampling_parameters key naming a request's adapter (that backend's)
+LORA_NAMES = "lora_names"  # config parameter: the adapters' names, as the builder wrote them
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 SERVER_CPUS = 1  # left to tritonserver and this stub's threads, as vLLM's own CPU binding leaves one
 FOLDED_PRIORITY = 1  # a lane folded into the default engine runs after the default lane's requests
@@ -109,6 +116,7 @@ class Parsed:
     returns: set[str]
     sampling: dict[str, Any]
     priority: int
+    lora_name: str | None = None  # the adapter asked for (None: the base model)
 
 
 # -- parsing (no Triton, no vLLM) ------------------------------------------------------------------
@@ -160,6 +168,11 @@ def _convert(key: str, value: Any) -> Any:
 
 def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
     """The sampling parameters a request sets; BadRequest for bad JSON, unknown keys, bad values."""
+    return check_sampling(load_sampling(text), known)
+
+
+def load_sampling(text: str) -> dict[str, Any]:
+    """``sampling_parameters`` as a JSON object; BadRequest if it is not one."""
     try:
         params = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -168,6 +181,11 @@ def parse_sampling(text: str, known: set[str]) -> dict[str, Any]:
         ) from None
     if not isinstance(params, dict):
         raise BadRequest(f"sampling_parameters must be a JSON object, got {type(params).__name__}")
+    return params
+
+
+def check_sampling(params: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """The sampling parameters, checked and converted; BadRequest for unknown keys, bad values."""
     unknown = sorted(k for k in params if k not in known or k in OWNED)
     if unknown:
         raise BadRequest(f"sampling_parameters: unknown key(s) {', '.join(unknown)} (not vLLM sampling)")
@@ -226,8 +244,97 @@ def parse_request(
         raise BadRequest("exclude_input_in_output must be true when stream is true")
     prompt, messages = _prompt(get)
     returns = {name for name in RETURNS if flags.get(name)}
-    sampling = {**(defaults or {}), **parse_sampling(sampling_json, known)}
-    return Parsed(prompt, messages, stream, exclude, returns, sampling, priority)
+    params = load_sampling(sampling_json)
+    lora_name = parse_lora_name(params.pop(LORA_KEY, None))
+    sampling = {**(defaults or {}), **check_sampling(params, known)}
+    return Parsed(prompt, messages, stream, exclude, returns, sampling, priority, lora_name)
+
+
+def parse_lora_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"sampling_parameters.{LORA_KEY} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter of multi_lora.json: its name, vLLM's id for it (its place there, from 1, as
+    Triton's vLLM backend numbers them) and its folder."""
+
+    name: str
+    id: int
+    path: str
+
+
+def parse_multi_lora(version_dir: Path, engine_config: dict[str, Any]) -> dict[str, Adapter] | None:
+    """The adapters of ``multi_lora.json`` when model.json sets ``enable_lora`` (true or "true", as
+    that backend reads it), else None; relative folders are resolved against the version folder.
+    FileNotFoundError or ValueError naming the file when it is missing or bad."""
+    if str(engine_config.get("enable_lora", False)).lower() != "true":
+        return None
+    path = version_dir / MULTI_LORA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: missing; {ENGINE_ARGS_FILE} sets enable_lora, and this file names the adapters "
+            "(a JSON object: name -> adapter folder)"
+        )
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(table, dict) or not table:
+        raise ValueError(f"{path}: must be a non-empty JSON object of adapter name -> folder")
+    adapters: dict[str, Adapter] = {}
+    for i, (name, folder) in enumerate(table.items(), start=1):
+        if not name or not isinstance(folder, str) or not folder:
+            raise ValueError(
+                f"{path}: adapter {name!r}: its folder must be a non-empty string, got {folder!r}"
+            )
+        local = version_dir / folder
+        resolved = str(local) if not Path(folder).is_absolute() and local.exists() else folder
+        adapters[name] = Adapter(name, i, resolved)
+    return adapters
+
+
+def check_lora_names(parameter: str, adapters: dict[str, Adapter] | None) -> None:
+    """The config's ``lora_names`` (what the OpenAI endpoint lists), when set, must be the adapters
+    of multi_lora.json; ValueError saying both otherwise."""
+    if not parameter:
+        return
+    try:
+        names = json.loads(parameter)
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list):
+        raise ValueError(f"parameter {LORA_NAMES}: not a JSON list ({parameter!r})")
+    found = sorted(adapters or {})
+    if sorted(names) != found:
+        raise ValueError(
+            f"parameter {LORA_NAMES} {sorted(names)} does not match the adapters of {MULTI_LORA_FILE} {found}"
+        )
+
+
+def choose_adapter(lora_name: str | None, adapters: dict[str, Adapter] | None) -> Adapter | None:
+    """The adapter a request asked for; BadRequest in the words of Triton's vLLM backend when
+    LoRA is off or the name is not one of multi_lora.json's."""
+    if lora_name is None:
+        return None
+    if adapters is None:
+        raise BadRequest("LoRA feature is not enabled.")
+    if lora_name not in adapters:
+        raise BadRequest(f"LoRA {lora_name} is not supported, we currently support {list(adapters)}")
+    return adapters[lora_name]
+
+
+def lora_request(adapter: Adapter | None) -> Any:
+    """vLLM's LoRARequest for an adapter (None: the base model)."""
+    if adapter is None:
+        return None
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(adapter.name, adapter.id, adapter.path)
 
 
 def _prompt(
@@ -438,6 +545,7 @@ class Job:
     task: Any = None  # the asyncio task generating it, set on the event loop
     done: bool = False
     n: int = 1  # completions (sampling_parameters.n)
+    lora: Any = None  # vLLM's LoRARequest (None: the base model)
     last: dict[int, Any] = field(default_factory=dict)  # n > 1, streamed: each completion's last piece
 
     def completions(self, out: Any) -> list[Any]:
@@ -765,7 +873,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise ValueError(f"model '{args['model_name']}': needs model_transaction_policy decoupled")
-        self.engine_config = engine_args(Path(args["model_repository"]) / args["model_version"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.engine_config = engine_args(version_dir)
+        self.adapters = parse_multi_lora(version_dir, self.engine_config)
+        check_lora_names(config_parameter(config, LORA_NAMES, ""), self.adapters)
         self.known = set(sampling_keys(SamplingParams.__struct_fields__))
         self.defaults = parse_defaults(config_parameter(config, "sampling_defaults", ""), self.known)
         self.families = metric_families()
@@ -904,6 +1015,7 @@ class TritonPythonModel:
             parsed = parse_request(get, request.parameters(), self.known, self.defaults)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request parameters are not valid JSON ({exc.msg})") from None
+        adapter = choose_adapter(parsed.lora_name, self.adapters)
         text = self._render(parsed)
         ids = list(self.tokenizer.encode(text, add_special_tokens=parsed.messages is None))
         field = "text_input" if parsed.messages is None else "messages"
@@ -912,7 +1024,9 @@ class TritonPythonModel:
         params = sampling_params(dict(parsed.sampling, max_tokens=max_tokens), output_kind=kind)
         lane = self.lanes[route([x.rule for x in self.lanes], len(ids), max_tokens)]
         wanted = frozenset(request.requested_output_names())
-        return Job(sender, parsed, text, ids, params, lane, wanted, n=int(params.n))
+        return Job(
+            sender, parsed, text, ids, params, lane, wanted, n=int(params.n), lora=lora_request(adapter)
+        )
 
     def _render(self, parsed: Parsed) -> str:
         if parsed.messages is None:
@@ -927,7 +1041,8 @@ class TritonPythonModel:
         try:
             prompt = {"prompt_token_ids": job.token_ids}
             priority = job.parsed.priority + job.lane.rule.priority
-            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=priority)
+            adapter = {"lora_request": job.lora} if job.lora is not None else {}
+            stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=priority, **adapter)
             async for out in stream:
                 self._emit(job, out)
         except asyncio.CancelledError:  # the sending thread saw is_cancelled()
