@@ -115,9 +115,18 @@ def test_lora_name_applies_the_adapter_and_matches_peft(
     assert base.text == reference["base"]
 
 
-def test_lora_name_over_http_too(server: TritonServer, reference: dict[str, str]) -> None:
+def test_lora_name_over_http_and_streamed_too(server: TritonServer, reference: dict[str, str]) -> None:
     with Generator(server.http_url, MODEL) as gen:
         assert gen.generate(CHAT, max_tokens=TOKENS, lora_name=ADAPTER).text == reference[ADAPTER]
+    with Generator(server.grpc_url, MODEL) as gen:
+        assert "".join(gen.stream(CHAT, max_tokens=TOKENS, lora_name=ADAPTER)) == reference[ADAPTER]
+
+
+def test_lora_name_to_a_model_without_adapters_is_refused(llm_triton: TritonServer) -> None:
+    """The session's shared LLM server has no adapters (enable_lora off)."""
+    with Generator(llm_triton.grpc_url, MODEL) as gen, pytest.raises(InvalidInput) as caught:
+        gen.generate(CHAT, max_tokens=4, lora_name=ADAPTER)
+    assert str(caught.value).endswith("LoRA feature is not enabled.")
 
 
 def test_an_unknown_lora_name_is_refused_naming_the_adapters(server: TritonServer) -> None:
