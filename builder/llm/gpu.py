@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
 from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, HEALTH_CHECK, LORA_NAMES, add_tensors
-from builder.llm.serving import LORA_DIR
+from builder.llm.serving import LORA_DIR, MULTI_LORA_FILE
 from builder.spec.llm import LLMSpec
 
 ENGINE_ARGS_FILE = "model.json"
@@ -78,9 +79,11 @@ def gpu_model_json(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> di
 
 
 def write_gpu_entry(
-    spec: LLMSpec, checkpoint: Path, repo: Path, *, mount: PurePosixPath = DEFAULT_MOUNT
-) -> Path:
-    """Write ``repo/<name>/`` (config, model.json, a copy of the checkpoint); return that folder."""
+    spec: LLMSpec, checkpoint: Path, repo: Path, *, mount: PurePosixPath = DEFAULT_MOUNT,
+    adapters: Mapping[str, Path] | None = None,
+) -> Path:  # fmt: skip
+    """Write ``repo/<name>/`` (config, model.json, a copy of the checkpoint and, for a spec with
+    ``lora:``, of each of ``adapters``' folders with multi_lora.json); return that folder."""
     entry = repo / spec.name
     version = entry / "1"
     shutil.rmtree(entry, ignore_errors=True)
@@ -88,4 +91,11 @@ def write_gpu_entry(
     (entry / "config.pbtxt").write_text(text_format.MessageToString(gpu_config(spec)))
     (version / ENGINE_ARGS_FILE).write_text(json.dumps(gpu_model_json(spec, mount=mount), indent=2) + "\n")
     shutil.copytree(checkpoint, version / CHECKPOINT_DIR)
+    if spec.lora is not None:
+        missing = sorted(set(spec.lora.adapters) - set(adapters or {}))
+        if missing:
+            raise ValueError(f"{spec.name}: no folder given for adapter(s) {', '.join(missing)}")
+        for name in sorted(spec.lora.adapters):
+            shutil.copytree((adapters or {})[name], version / LORA_DIR / name)
+        (version / MULTI_LORA_FILE).write_text(json.dumps(gpu_multi_lora(spec, mount=mount), indent=2) + "\n")
     return entry

@@ -7,11 +7,12 @@ nothing of it without adapters."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from builder.llm.gpu import DEFAULT_MOUNT
+from builder.llm.gpu import DEFAULT_MOUNT, write_gpu_entry
 from builder.llm.interface import LORA_NAMES
 from builder.llm.serving import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import LLMBuild, LLMVerdict
@@ -81,3 +82,25 @@ def test_without_adapters_nothing_of_lora_is_written(tmp_path: Path, target: str
     assert MULTI_LORA_FILE not in entry.texts and LORA_NAMES not in entry.config.parameters
     assert "enable_lora" not in json.loads(entry.texts[ENGINE_ARGS_FILE])
     assert not any(name.startswith("loras/") for name in entry.artifacts)
+
+
+def test_write_gpu_entry_copies_the_adapters_and_the_real_server_accepts_the_config(tmp_path: Path) -> None:
+    from builder.server import TritonServer
+
+    lora_build = build(tmp_path, LORA)
+    repo = tmp_path / "repo"
+    entry = write_gpu_entry(lora_build.spec, lora_build.checkpoint, repo, adapters=lora_build.adapters)
+    version = entry / "1"
+    assert (version / "loras" / "sea" / "adapter_config.json").is_file()
+    assert json.loads((version / MULTI_LORA_FILE).read_text())["sky"] == str(
+        DEFAULT_MOUNT / "tiny_llm/1/loras/sky"
+    )
+    with pytest.raises(ValueError, match="no folder given for adapter"):
+        write_gpu_entry(lora_build.spec, lora_build.checkpoint, tmp_path / "other")
+    server = TritonServer(repo, extra_args=["--exit-on-error=false", "--strict-readiness=false"])
+    with server:
+        request = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            index = {m["name"]: m for m in json.load(response)}
+    # Triton's own checks pass; it stops only at the 'vllm' backend this machine does not have.
+    assert "unable to find backend library for backend 'vllm'" in index["tiny_llm"]["reason"], index
