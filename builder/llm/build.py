@@ -86,6 +86,7 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
         max_num_seqs=spec.max_num_seqs, kv_cache_space_gib=spec.kv_cache_space_gib, lanes=spec.lanes,
     )  # fmt: skip
     check = _run(ctx, spec, check_in, lambda d: _check(spec, ctx, checkpoint, source))
+    lora = _lora(spec, ctx, export.key, checkpoint)  # before verify: a bad adapter fails fast
     prompts = ctx.spec_dir / spec.evaluation.prompts
     verify_in = LLMVerifyInputs(
         export_key=export.key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
@@ -101,7 +102,6 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
             model=spec.name,
             field="evaluation.tolerances",
         )
-    lora = _lora(spec, ctx, export.key, checkpoint)
     stages = [export, check, verify] if lora is None else [export, check, lora, verify]
     names = sorted(spec.lora.adapters) if spec.lora is not None else []
     adapters = {name: lora.out / name for name in names} if lora is not None else {}
