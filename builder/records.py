@@ -172,16 +172,19 @@ class LLMVerdict:
     agreement: float  # share of prompts whose first N tokens agree
     mean_logprob_gap: float
     failures: tuple[str, ...]
+    choice: str | None = None  # dtype auto: why this dtype, in one line
 
     @classmethod
     def from_info(cls, info: dict[str, object]) -> LLMVerdict:
         failures = info.get("failures")
+        choice = info.get("choice")
         return cls(
             LLMDType(str(info["dtype"])),
             bool(info["passed"]),
             float(str(info["agreement"])),
             float(str(info["mean_logprob_gap"])),
             tuple(str(f) for f in failures) if isinstance(failures, (list, tuple)) else (),
+            str(choice["reason"]) if isinstance(choice, dict) else None,
         )
 
 

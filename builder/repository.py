@@ -128,7 +128,8 @@ def repository_key(r: Repository) -> str:
         r.target.name,
         spec.model_dump(mode="json"),
         [(b.spec.name, [s.key for s in b.stages], b.served, b.passed) for b in r.builds],
-        [(lb.spec.name, [s.key for s in lb.stages]) for lb in r.llms],
+        # The served dtype too: dtype auto's choice is a measurement, not a function of the keys.
+        [(lb.spec.name, [s.key for s in lb.stages], lb.verdict.dtype.value) for lb in r.llms],
         tree_hash(PYTHON_MODELS),
         [tree_hash(ctx.spec_dir / pm.path) for pm in spec.python_models],
         [_labels(m.outputs, ctx, m.name) for m in spec.all_models()],
@@ -186,7 +187,7 @@ def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:
     for entry in r.target.llm_models(lb):
         artifacts.update(_write_entry(entry, [], r.ctx, root))
     v = lb.verdict
-    return {
+    out: Json = {
         "kind": "llm",
         "dtype": v.dtype.value,
         "stages": _stages(lb.stages),
@@ -197,6 +198,10 @@ def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:
         },
         "artifacts": artifacts,
     }
+    verify = next((s for s in lb.stages if s.name == "llm-verify"), None)
+    if verify is not None and "choice" in verify.info:  # dtype auto: each candidate and the reason
+        out["dtype_choice"] = verify.info["choice"]
+    return out
 
 
 def _stages(stages: list[StageResult]) -> Json:

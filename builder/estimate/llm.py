@@ -65,15 +65,16 @@ def checkpoint_sizes(repo: Path, llm: LLMSpec) -> ModelSizes:
 
 
 def llm_rows(llm: LLMSpec, sizes: ModelSizes, gpu_memory: int | None = None) -> list[LLMRow]:
-    """The CPU row (the spec's dtype and KV space) and, given a GPU size, the GPU section's row."""
+    """The CPU row (the spec's dtype, auto's widest candidate, and KV space) and, given a GPU size,
+    the GPU section's row."""
     cpu = plan(
         sizes,
-        dtype_bytes=llm.dtype.bytes,
+        dtype_bytes=llm.widest_dtype.bytes,
         max_model_len=llm.max_model_len,
         max_num_seqs=llm.max_num_seqs,
         kv_space_bytes=int(llm.kv_cache_space_gib * GIB),
     )
-    rows = [_row(llm, llm.dtype, "cpu", cpu, CPU_ENGINE_BASE)]
+    rows = [_row(llm, llm.widest_dtype, "cpu", cpu, CPU_ENGINE_BASE)]
     if gpu_memory is not None:
         weights = sizes.parameters * llm.gpu.dtype.bytes
         gpu = plan(

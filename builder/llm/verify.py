@@ -50,11 +50,14 @@ class LLMVerification:
     engine_start_seconds: float
     engine_generate_seconds: float
     source_seconds: float
+    tokens_per_second: float | None = None  # the speed run's, when there was one
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["dtype"] = self.dtype.value
         out["tolerance"] = self.tolerance.model_dump()
+        if self.tokens_per_second is None:
+            del out["tokens_per_second"]
         return out
 
 
@@ -66,53 +69,102 @@ def verify_llm(
     *,
     work: Path,
 ) -> LLMVerification:
-    """Run the engine (a child process; its output goes to ``work/vllm.log``) and the source."""
+    """The spec's one dtype (an explicit ``dtype``): the engine in a child process (its output goes
+    to ``work/vllm.log``) against the source."""
+    (dtype,) = spec.candidates
+    (report,) = verify_dtypes(spec, (dtype,), checkpoint, source, conversations, work=work)
+    return report
+
+
+def verify_dtypes(
+    spec: LLMSpec,
+    dtypes: tuple[LLMDType, ...],
+    checkpoint: Path,
+    source: Path,
+    conversations: tuple[Conversation, ...],
+    *,
+    work: Path,
+    speed_tokens: int = 0,
+) -> list[LLMVerification]:
+    """Each dtype's engine in turn (its own child process; ``work/<dtype>/vllm.log`` when more than
+    one) against the source, run once. With ``speed_tokens``, each child also times max_num_seqs
+    prompts of that many new tokens, once the builder's own work beside it is done."""
     work = work.resolve()  # the engine's process runs in it
     ev = spec.evaluation
-    tolerance = ev.tolerances[spec.dtype]
     prompts = render_prompts(checkpoint, conversations[: ev.count])
-    work.mkdir(parents=True, exist_ok=True)
-    request = GreedyRequest(
-        model=str(checkpoint.resolve()),
-        dtype=spec.dtype.value,
-        max_model_len=spec.max_model_len,
-        max_num_seqs=max(1, min(spec.max_num_seqs, len(prompts))),
-        kv_cache_space_gib=max(1, math.ceil(spec.kv_cache_space_gib)),
-        max_tokens=ev.tokens,
-        prompts=prompts,
-    )
-    engine = _start_engine(request, work)
-    try:
-        started = time.perf_counter()
-        with quiet(work / "source.log"):
-            source_model = SourceModel(source)
-            source_tokens = []
-            with progress(len(prompts), f"{spec.name} verify", unit="prompt") as bar:
-                for ids in prompts:
-                    source_tokens.append(source_model.greedy(ids, ev.tokens))
-                    bar.advance()
-        source_seconds = time.perf_counter() - started
-    except BaseException:
-        engine.kill()
-        engine.wait()
-        raise
-    result = _finish_engine(engine, work)
+    seqs = spec.max_num_seqs if speed_tokens else max(1, min(spec.max_num_seqs, len(prompts)))
+    reports: list[LLMVerification] = []
+    source_model: SourceModel | None = None
+    source_tokens: list[list[int]] = []
+    source_seconds = 0.0
+    for dtype in dtypes:
+        where = work if len(dtypes) == 1 else work / dtype.value
+        where.mkdir(parents=True, exist_ok=True)
+        request = GreedyRequest(
+            model=str(checkpoint.resolve()),
+            dtype=dtype.value,
+            max_model_len=spec.max_model_len,
+            max_num_seqs=seqs,
+            kv_cache_space_gib=max(1, math.ceil(spec.kv_cache_space_gib)),
+            max_tokens=ev.tokens,
+            prompts=prompts,
+            speed_tokens=speed_tokens,
+        )
+        engine = _start_engine(request, where)
+        try:
+            if source_model is None:  # the source runs once, while the first engine starts
+                started = time.perf_counter()
+                with quiet(work / "source.log"):
+                    source_model = SourceModel(source)
+                    with progress(len(prompts), f"{spec.name} verify", unit="prompt") as bar:
+                        for ids in prompts:
+                            source_tokens.append(source_model.greedy(ids, ev.tokens))
+                            bar.advance()
+                source_seconds = time.perf_counter() - started
+            _go(engine)
+        except BaseException:
+            engine.kill()
+            engine.wait()
+            raise
+        result = _finish_engine(engine, where)
+        checks = _compare(source_model, prompts, source_tokens, result, ev.tokens)
+        reports.append(_report(dtype, ev.tokens, checks, ev.tolerances[dtype], result, source_seconds))
+    return reports
+
+
+def _go(engine: subprocess.Popen[bytes]) -> None:
+    """Let the child time its speed run (it reads a line before it starts the clock)."""
+    if engine.stdin is not None:
+        try:
+            engine.stdin.write(b"go\n")
+            engine.stdin.close()
+        except BrokenPipeError:  # the child already failed: _finish_engine reports how
+            pass
+
+
+def _compare(
+    source_model: SourceModel,
+    prompts: list[list[int]],
+    source_tokens: list[list[int]],
+    result: GreedyResult,
+    n: int,
+) -> tuple[PromptCheck, ...]:
     checks = []
     for i, ids in enumerate(prompts):
-        engine_tokens = result.tokens[i][: ev.tokens]
+        engine_tokens = result.tokens[i][:n]
         source_lp = source_model.logprobs(ids, engine_tokens)
         gaps = [abs(a - b) for a, b in zip(result.logprobs[i], source_lp, strict=True)]
         checks.append(
             PromptCheck(
                 index=i,
-                agrees=engine_tokens == source_tokens[i][: ev.tokens],
+                agrees=engine_tokens == source_tokens[i][:n],
                 agreed_tokens=_common_prefix(engine_tokens, source_tokens[i]),
                 logprob_gap=sum(gaps) / len(gaps) if gaps else 0.0,
                 engine_text=source_model.decode(engine_tokens),
                 source_text=source_model.decode(source_tokens[i]),
             )
         )
-    return _report(spec.dtype, ev.tokens, tuple(checks), tolerance, result, source_seconds)
+    return tuple(checks)
 
 
 def require_passed(report: LLMVerification, *, file: Path | str, model: str) -> None:
@@ -191,7 +243,8 @@ def _start_engine(request: GreedyRequest, work: Path) -> subprocess.Popen[bytes]
         str(work / "result.json"),
     ]
     try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+        stdin = subprocess.PIPE if request.speed_tokens else subprocess.DEVNULL
+        return subprocess.Popen(cmd, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
     finally:
         log.close()
 
@@ -259,4 +312,5 @@ def _report(
         engine_start_seconds=result.start_seconds,
         engine_generate_seconds=result.generate_seconds,
         source_seconds=source_seconds,
+        tokens_per_second=result.tokens_per_second,
     )

@@ -25,6 +25,9 @@ class GreedyRequest:
     kv_cache_space_gib: int
     max_tokens: int
     prompts: list[list[int]]  # token ids, chat template applied
+    # After the greedy run, when above 0: max_num_seqs prompts of this many new tokens each
+    # (ignore_eos), timed once the builder writes a line to stdin (its own work is done by then).
+    speed_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class GreedyResult:
     logprobs: list[list[float]]  # log p of each generated token
     start_seconds: float
     generate_seconds: float
+    tokens_per_second: float | None = None  # the speed run's new tokens over its wall time
 
 
 def run(request: GreedyRequest) -> GreedyResult:
@@ -60,7 +64,22 @@ def run(request: GreedyRequest) -> GreedyResult:
         ids = list(completion.token_ids)
         tokens.append(ids)
         logprobs.append(_picked(completion.logprobs, ids))
-    return GreedyResult(tokens, logprobs, started - start, time.perf_counter() - started)
+    generate_seconds = time.perf_counter() - started
+    speed = _speed(llm, request, prompts) if request.speed_tokens > 0 else None
+    return GreedyResult(tokens, logprobs, started - start, generate_seconds, speed)
+
+
+def _speed(llm: Any, request: GreedyRequest, prompts: list[Any]) -> float:
+    """Output tokens/s with every one of max_num_seqs slots decoding (the greedy run warmed up)."""
+    from vllm import SamplingParams
+
+    sys.stdin.readline()  # the builder's go: nothing else of the build runs beside the timing
+    batch = [prompts[i % len(prompts)] for i in range(request.max_num_seqs)]
+    params = SamplingParams(temperature=0.0, max_tokens=request.speed_tokens, ignore_eos=True)
+    started = time.perf_counter()
+    outputs = llm.generate(batch, params, use_tqdm=False)
+    seconds = time.perf_counter() - started
+    return sum(len(out.outputs[0].token_ids) for out in outputs) / seconds
 
 
 def _picked(steps: Any, ids: list[int]) -> list[float]:

@@ -40,6 +40,21 @@ class LLMDType(str, Enum):
         return 4 if self is LLMDType.FLOAT32 else 2
 
 
+class DTypeSetting(str, Enum):
+    """The spec's ``dtype``: one dtype, or ``auto``: the build verifies each of
+    ``AUTO_CANDIDATES`` against the source, measures its tokens/s and serves the fastest that
+    verified (``builder.llm.choice``)."""
+
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+# In order of exactness: a tie in speed goes to the earlier one.
+AUTO_CANDIDATES = (LLMDType.FLOAT32, LLMDType.BFLOAT16)
+
+
 class Engine(str, Enum):
     VLLM = "vllm"
 
@@ -124,8 +139,8 @@ class Evaluation(Strict):
 
 class GpuTarget(Strict):
     """What the GPU-host entries (Triton's own vLLM backend) get. ``dtype`` defaults to float16:
-    vLLM refuses bfloat16 below compute capability 8.0 and the serving image runs on 7.5+, and one
-    fixed dtype (not vLLM's ``auto``, which varies with the GPU) is the one the verify stage checks."""
+    vLLM refuses bfloat16 below compute capability 8.0 and the serving image runs on 7.5+. One
+    fixed dtype (not vLLM's ``auto``, which varies with the GPU), with a tolerance of its own."""
 
     dtype: LLMDType = LLMDType.FLOAT16
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
@@ -170,7 +185,7 @@ class LLMSpec(Strict):
     name: Name
     source: Annotated[str, Field(min_length=1)]
     engine: Engine = Engine.VLLM
-    dtype: LLMDType = LLMDType.BFLOAT16
+    dtype: DTypeSetting = DTypeSetting.AUTO
     max_model_len: Annotated[int, Field(ge=16)] = 2048
     max_num_seqs: Annotated[int, Field(ge=1)] = 16
     kv_cache_space_gib: Annotated[float, Field(gt=0.0)] = 1.0  # CPU engines
@@ -185,6 +200,20 @@ class LLMSpec(Strict):
     lora: LoRA | None = None
 
     @property
+    def candidates(self) -> tuple[LLMDType, ...]:
+        """The dtypes the verify stage tries: ``AUTO_CANDIDATES`` for auto, else the one set."""
+        if self.dtype is DTypeSetting.AUTO:
+            return AUTO_CANDIDATES
+        return (LLMDType(self.dtype.value),)
+
+    @property
+    def widest_dtype(self) -> LLMDType:
+        """The candidate with the most bytes. The export writes its weights in it (vLLM casts them
+        to any other candidate at load, with no second rounding), and memory plans made before
+        the choice count with it, so that they hold whichever candidate is served."""
+        return max(self.candidates, key=lambda d: d.bytes)
+
+    @property
     def source_kind(self) -> SourceKind:
         if FACTORY_PATTERN.match(self.source):
             return SourceKind.FACTORY
@@ -197,9 +226,10 @@ class LLMSpec(Strict):
                 f"sampling.max_tokens {self.sampling.max_tokens} leaves no room for a prompt "
                 f"within max_model_len {self.max_model_len}"
             )
-        for dtype in {self.dtype, self.gpu.dtype}:
+        for dtype in (*self.candidates, self.gpu.dtype):
             if dtype not in self.evaluation.tolerances:
-                raise ValueError(f"evaluation.tolerances has no entry for dtype {dtype.value}")
+                why = " (dtype auto verifies float32 and bfloat16)" if self.dtype is DTypeSetting.AUTO else ""
+                raise ValueError(f"evaluation.tolerances has no entry for dtype {dtype.value}{why}")
         lane = self.lanes
         if lane is not None:
             for field in ("min_max_tokens", "min_prompt_tokens"):

@@ -20,7 +20,7 @@ from builder.llm.serving import (
     multi_lora_json,
 )
 from builder.records import LLMBuild
-from builder.spec.llm import LLMSpec
+from builder.spec.llm import LLMDType, LLMSpec
 from builder.targets.base import ModelEntry
 
 CHECKPOINT_DIR = "checkpoint"
@@ -31,7 +31,8 @@ def vllm_python_entry(build: LLMBuild) -> ModelEntry:
     LoRA adapters, each under ``1/loras/<name>/`` and ``1/multi_lora.json`` naming them relative to
     the version folder (the model resolves them there, as it does ``model``)."""
     spec = build.spec
-    texts = {ENGINE_ARGS_FILE: json.dumps(model_json(engine_args(spec)), indent=2) + "\n"}
+    args = engine_args(spec, build.verdict.dtype)
+    texts = {ENGINE_ARGS_FILE: json.dumps(model_json(args), indent=2) + "\n"}
     if build.adapters:
         texts[MULTI_LORA_FILE] = multi_lora_json({name: adapter_dir(name) for name in build.adapters})
     return ModelEntry(
@@ -62,10 +63,11 @@ def lora_args(spec: LLMSpec) -> LoRAArgs | None:
     return None if lora is None else LoRAArgs(max_lora_rank=lora.max_lora_rank, max_loras=lora.batch_loras)
 
 
-def engine_args(spec: LLMSpec) -> EngineArgs:
+def engine_args(spec: LLMSpec, dtype: LLMDType) -> EngineArgs:
+    """``dtype``: the one the verify stage passed (dtype auto's choice)."""
     return EngineArgs(
         model=CHECKPOINT_DIR,  # relative to the version folder
-        dtype=spec.dtype.value,
+        dtype=dtype.value,
         max_model_len=spec.max_model_len,
         max_num_seqs=spec.max_num_seqs,
         kv_cache_space_gib=spec.kv_cache_space_gib,

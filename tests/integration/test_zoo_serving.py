@@ -143,3 +143,21 @@ def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -
     assert entry["verification"]["fp16"]["metrics"]["logits"]["top1"] == 1.0
     if not cpu_has_vnni():
         assert any("top1" in f for f in entry["verification"]["int8"]["failures"])
+
+
+def test_smollm2_serves_the_dtype_auto_chose_among_those_verified(zoo_repo: Path) -> None:
+    """dtype auto: each candidate verified against the source; the served one verified and is
+    the one model.json holds; where the CPU runs bf16 natively both were verified and timed."""
+    from builder.stages.inputs import cpu_has_native_bf16
+
+    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["smollm2"]
+    choice = entry["dtype_choice"]
+    candidates = {c["dtype"]: c for c in choice["candidates"]}
+    assert set(candidates) == {"float32", "bfloat16"} and choice["dtype"] == entry["dtype"]
+    assert candidates[entry["dtype"]]["passed"] and entry["verification"]["passed"]
+    served = json.loads((zoo_repo / "smollm2" / "1" / "model.json").read_text())
+    assert served["dtype"] == entry["dtype"]
+    if cpu_has_native_bf16():
+        assert all(c["skipped"] is None and c["tokens_per_second"] > 0 for c in candidates.values())
+    else:
+        assert candidates["bfloat16"]["skipped"] and entry["dtype"] == "float32"

@@ -20,6 +20,7 @@ def spec(**changes: object) -> LLMSpec:
         "source": "zoo.smollm2:gguf",
         "max_model_len": 2048,
         "kv_cache_space_gib": 1,
+        "dtype": "bfloat16",
         "gpu": {"dtype": "bfloat16"},
         "evaluation": {
             "prompts": "calibration/smollm2/eval.json",

@@ -25,6 +25,7 @@ def spec() -> LLMSpec:
             "source": "zoo.smollm2:gguf",
             "max_model_len": 4096,
             "max_num_seqs": 8,
+            "dtype": "bfloat16",
             "scheduling_policy": "priority",
             "evaluation": {
                 "prompts": "calibration/smollm2/eval.json",
@@ -111,6 +112,7 @@ def test_gpu_dtype_defaults_to_float16_which_every_supported_gpu_runs() -> None:
     raw = {
         "name": "smollm2",
         "source": "zoo.smollm2:gguf",
+        "dtype": "bfloat16",
         "evaluation": {
             "prompts": "calibration/smollm2/eval.json",
             "tolerances": {

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from builder.errors import SpecError
-from builder.spec.llm import LLMDType, SchedulingPolicy, SourceKind, parse_llm
+from builder.spec.llm import DTypeSetting, LLMDType, SchedulingPolicy, SourceKind, parse_llm
 
 
 def entry(**changes: Any) -> dict[str, Any]:
@@ -20,6 +20,7 @@ def entry(**changes: Any) -> dict[str, Any]:
         "evaluation": {
             "prompts": "calibration/smollm2/eval.json",
             "tolerances": {
+                "float32": {"min_agreement": 0.75, "max_logprob_gap": 0.2},  # dtype auto's candidates
                 "bfloat16": {"min_agreement": 0.75, "max_logprob_gap": 0.2},
                 "float16": {"min_agreement": 0.75, "max_logprob_gap": 0.2},  # gpu.dtype's default
             },
@@ -37,7 +38,9 @@ def error(raw: dict[str, Any]) -> SpecError:
 
 def test_defaults() -> None:
     spec = parse_llm(entry(), file="models.yaml")
-    assert spec.dtype is LLMDType.BFLOAT16 and spec.dtype.bytes == 2
+    assert spec.dtype is DTypeSetting.AUTO
+    assert spec.candidates == (LLMDType.FLOAT32, LLMDType.BFLOAT16)
+    assert spec.widest_dtype is LLMDType.FLOAT32 and spec.widest_dtype.bytes == 4
     assert spec.source_kind is SourceKind.FACTORY
     assert spec.scheduling_policy is SchedulingPolicy.FCFS
     assert spec.admission.max_waiting == 16 and spec.lanes is None
@@ -66,7 +69,8 @@ def test_max_num_seqs_zero_names_the_field() -> None:
     ("changes", "field", "words"),
     [
         ({"name": "chat bot"}, "name", "pattern"),
-        ({"dtype": "int4"}, "dtype", "bfloat16"),
+        ({"dtype": "int4"}, "dtype", "'auto', 'bfloat16', 'float16' or 'float32' (got 'int4')"),
+        ({"dtype": "Auto"}, "dtype", "(got 'Auto')"),
         ({"engine": "tgi"}, "engine", "vllm"),
         ({"kv_cache_space_gib": 0}, "kv_cache_space_gib", "greater than 0"),
         ({"scheduling_policy": "lifo"}, "scheduling_policy", "fcfs"),
@@ -100,12 +104,23 @@ def test_prompts_must_be_under_calibration() -> None:
     assert err.field == "evaluation" and "under calibration/" in err.one_line()
 
 
+def test_explicit_dtype_is_the_only_candidate() -> None:
+    spec = parse_llm(entry(dtype="bfloat16"), file="models.yaml")
+    assert spec.candidates == (LLMDType.BFLOAT16,) and spec.widest_dtype is LLMDType.BFLOAT16
+
+
 def test_tolerance_needed_for_each_dtype_served() -> None:
-    err = error(entry(dtype="float32"))
-    assert "no entry for dtype float32" in err.one_line()
-    err = error(entry(gpu={"dtype": "float32"}))
-    assert "no entry for dtype float32" in err.one_line()
-    only_bf16 = entry()
+    tolerances = {k: v for k, v in entry()["evaluation"]["tolerances"].items() if k != "float32"}
+    no_fp32 = entry(evaluation={"prompts": "calibration/smollm2/eval.json", "tolerances": tolerances})
+    err = error(no_fp32)
+    assert err.one_line() == (
+        "models.yaml: model 'smollm2': evaluation.tolerances has no entry for dtype float32 "
+        "(dtype auto verifies float32 and bfloat16)"
+    )
+    assert parse_llm(no_fp32 | {"dtype": "bfloat16"}, file="models.yaml").candidates == (LLMDType.BFLOAT16,)
+    err = error(no_fp32 | {"dtype": "bfloat16", "gpu": {"dtype": "float32"}})
+    assert "no entry for dtype float32" in err.one_line() and "auto" not in err.one_line()
+    only_bf16 = entry(dtype="bfloat16")
     only_bf16["evaluation"] = {
         **only_bf16["evaluation"],
         "tolerances": {"bfloat16": {"min_agreement": 1.0, "max_logprob_gap": 0.1}},
@@ -134,7 +149,7 @@ def test_spec_is_frozen() -> None:
 ZOO_ENTRY = """
 name: smollm2
 source: zoo.smollm2:gguf
-dtype: bfloat16
+dtype: auto
 max_model_len: 2048
 max_num_seqs: 16
 kv_cache_space_gib: 1
@@ -145,8 +160,10 @@ evaluation:
   count: 4
   tokens: 16
   tolerances:
+    float32: {min_agreement: 0.75, max_logprob_gap: 0.1}
     bfloat16: {min_agreement: 0.75, max_logprob_gap: 0.1}
-gpu: {dtype: bfloat16, tensor_parallel_size: 1, gpu_memory_utilization: 0.9}
+    float16: {min_agreement: 0.75, max_logprob_gap: 0.1}
+gpu: {dtype: float16, tensor_parallel_size: 1, gpu_memory_utilization: 0.9}
 """
 
 

@@ -119,6 +119,7 @@ def test_vllm_agrees_with_transformers_on_smollm2(smollm2_checkpoint: Path, tmp_
             "max_model_len": 1024,
             "max_num_seqs": 2,
             "kv_cache_space_gib": 1,
+            "dtype": "bfloat16",
             "evaluation": {
                 "prompts": "calibration/smollm2/eval.json",
                 "count": 2,
