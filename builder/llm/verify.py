@@ -20,7 +20,7 @@ from typing import Any
 
 from builder.errors import BuildError, VerificationError
 from builder.llm.prompts import Conversation
-from builder.llm.vllm_greedy import GreedyRequest, GreedyResult
+from builder.llm.vllm_greedy import READY_FILE, GreedyRequest, GreedyResult
 from builder.progress import progress, quiet
 from builder.spec.llm import LLMDType, LLMSpec, LLMTolerance
 
@@ -86,50 +86,65 @@ def verify_dtypes(
     work: Path,
     speed_tokens: int = 0,
 ) -> list[LLMVerification]:
-    """Each dtype's engine in turn (its own child process; ``work/<dtype>/vllm.log`` when more than
-    one) against the source, run once. With ``speed_tokens``, each child also times max_num_seqs
-    prompts of that many new tokens, once the builder's own work beside it is done."""
+    """Each dtype's engine (its own child process; ``work/<dtype>/vllm.log`` when more than one)
+    against the source, run once. The engines start and run their greedy prompts at once, beside the
+    source. With ``speed_tokens``, each child then times max_num_seqs prompts of that many new tokens,
+    one child at a time, once every child is ready and the builder's own work is done."""
     work = work.resolve()  # the engine's process runs in it
     ev = spec.evaluation
     prompts = render_prompts(checkpoint, conversations[: ev.count])
     seqs = spec.max_num_seqs if speed_tokens else max(1, min(spec.max_num_seqs, len(prompts)))
     reports: list[LLMVerification] = []
-    source_model: SourceModel | None = None
     source_tokens: list[list[int]] = []
-    source_seconds = 0.0
-    for dtype in dtypes:
-        where = work if len(dtypes) == 1 else work / dtype.value
-        where.mkdir(parents=True, exist_ok=True)
-        request = GreedyRequest(
-            model=str(checkpoint.resolve()),
-            dtype=dtype.value,
-            max_model_len=spec.max_model_len,
-            max_num_seqs=seqs,
-            kv_cache_space_gib=max(1, math.ceil(spec.kv_cache_space_gib)),
-            max_tokens=ev.tokens,
-            prompts=prompts,
-            speed_tokens=speed_tokens,
-        )
-        engine = _start_engine(request, where)
-        try:
-            if source_model is None:  # the source runs once, while the first engine starts
-                started = time.perf_counter()
-                with quiet(work / "source.log"):
-                    source_model = SourceModel(source)
-                    with progress(len(prompts), f"{spec.name} verify", unit="prompt") as bar:
-                        for ids in prompts:
-                            source_tokens.append(source_model.greedy(ids, ev.tokens))
-                            bar.advance()
-                source_seconds = time.perf_counter() - started
-            _go(engine)
-        except BaseException:
-            engine.kill()
-            engine.wait()
-            raise
-        result = _finish_engine(engine, where)
-        checks = _compare(source_model, prompts, source_tokens, result, ev.tokens)
-        reports.append(_report(dtype, ev.tokens, checks, ev.tolerances[dtype], result, source_seconds))
+    runs: list[tuple[LLMDType, Path, subprocess.Popen[bytes]]] = []
+    try:
+        for dtype in dtypes:  # every engine starts at once; only the speed runs take turns
+            where = work if len(dtypes) == 1 else work / dtype.value
+            where.mkdir(parents=True, exist_ok=True)
+            request = GreedyRequest(
+                model=str(checkpoint.resolve()),
+                dtype=dtype.value,
+                max_model_len=spec.max_model_len,
+                max_num_seqs=seqs,
+                kv_cache_space_gib=max(1, math.ceil(spec.kv_cache_space_gib)),
+                max_tokens=ev.tokens,
+                prompts=prompts,
+                speed_tokens=speed_tokens,
+            )
+            runs.append((dtype, where, _start_engine(request, where)))
+        started = time.perf_counter()  # the source runs once, while the engines start
+        with quiet(work / "source.log"):
+            source_model = SourceModel(source)
+            with progress(len(prompts), f"{spec.name} verify", unit="prompt") as bar:
+                for ids in prompts:
+                    source_tokens.append(source_model.greedy(ids, ev.tokens))
+                    bar.advance()
+        source_seconds = time.perf_counter() - started
+        if speed_tokens:
+            for _, where, engine in runs:
+                _await_ready(engine, where)
+        for dtype, where, engine in runs:
+            _go(engine)  # alone: the other engines wait at their own go, idle
+            result = _finish_engine(engine, where)
+            checks = _compare(source_model, prompts, source_tokens, result, ev.tokens)
+            reports.append(_report(dtype, ev.tokens, checks, ev.tolerances[dtype], result, source_seconds))
+    except BaseException:
+        for _, _, engine in runs:
+            if engine.poll() is None:
+                engine.kill()
+                engine.wait()
+        raise
     return reports
+
+
+def _await_ready(engine: subprocess.Popen[bytes], work: Path) -> None:
+    """Wait until the child has done its greedy run and waits for its go (or has exited: then
+    _finish_engine reports how)."""
+    deadline = time.monotonic() + ENGINE_TIMEOUT_S
+    while not (work / READY_FILE).is_file() and engine.poll() is None:
+        if time.monotonic() > deadline:
+            raise BuildError(f"vLLM did not start within {ENGINE_TIMEOUT_S:.0f} s (log: {work / 'vllm.log'})")
+        time.sleep(0.2)
 
 
 def _go(engine: subprocess.Popen[bytes]) -> None:
@@ -232,6 +247,7 @@ class SourceModel:
 def _start_engine(request: GreedyRequest, work: Path) -> subprocess.Popen[bytes]:
     (work / "request.json").write_text(json.dumps(asdict(request)))
     (work / "result.json").unlink(missing_ok=True)
+    (work / READY_FILE).unlink(missing_ok=True)
     log = (work / "vllm.log").open("wb")
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}

@@ -39,7 +39,10 @@ class GreedyResult:
     tokens_per_second: float | None = None  # the speed run's new tokens over its wall time
 
 
-def run(request: GreedyRequest) -> GreedyResult:
+READY_FILE = "ready"  # written beside the result once the greedy run is done and the speed run waits
+
+
+def run(request: GreedyRequest, ready: Path | None = None) -> GreedyResult:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(request.kv_cache_space_gib)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
@@ -65,14 +68,16 @@ def run(request: GreedyRequest) -> GreedyResult:
         tokens.append(ids)
         logprobs.append(_picked(completion.logprobs, ids))
     generate_seconds = time.perf_counter() - started
-    speed = _speed(llm, request, prompts) if request.speed_tokens > 0 else None
+    speed = _speed(llm, request, prompts, ready) if request.speed_tokens > 0 else None
     return GreedyResult(tokens, logprobs, started - start, generate_seconds, speed)
 
 
-def _speed(llm: Any, request: GreedyRequest, prompts: list[Any]) -> float:
+def _speed(llm: Any, request: GreedyRequest, prompts: list[Any], ready: Path | None) -> float:
     """Output tokens/s with every one of max_num_seqs slots decoding (the greedy run warmed up)."""
     from vllm import SamplingParams
 
+    if ready is not None:
+        ready.touch()
     sys.stdin.readline()  # the builder's go: nothing else of the build runs beside the timing
     batch = [prompts[i % len(prompts)] for i in range(request.max_num_seqs)]
     params = SamplingParams(temperature=0.0, max_tokens=request.speed_tokens, ignore_eos=True)
@@ -91,7 +96,8 @@ def _picked(steps: Any, ids: list[int]) -> list[float]:
 
 def main(argv: list[str]) -> int:
     request = GreedyRequest(**json.loads(Path(argv[1]).read_text()))
-    Path(argv[2]).write_text(json.dumps(asdict(run(request))))
+    result = Path(argv[2])
+    result.write_text(json.dumps(asdict(run(request, result.with_name(READY_FILE)))))
     return 0
 
 
