@@ -87,7 +87,21 @@ def markdown(report: LLMReport) -> str:
         lines.append("| " + " | ".join(_cell(fmt, row.get(key, math.nan)) for key, fmt in TABLE) + " |")
     lines += ["", "Client figures from perf_analyzer's profile export (every response's timestamp); "
               "server TTFT/TPOT: the model's vllm:* histograms over the same point (means)."]  # fmt: skip
+    lines += [bunch_warning(p) for p in report.points if _count(p.client.bunched_requests)]
     return "\n".join(lines) + "\n"
+
+
+def _count(value: float) -> int:
+    return 0 if math.isnan(value) else int(value)  # NaN: a report from before the count
+
+
+def bunch_warning(point: LLMPoint) -> str:
+    c = point.client
+    return (
+        f"\n**Concurrency {point.concurrency}: {_count(c.bunched_requests)} of {c.requests} requests "
+        "reached the client in one bunch** (all their responses within 1 ms): their TTFT and "
+        "inter-token gaps are when the client read them, not when the server sent them; measure again."
+    )
 
 
 def write_all(report: LLMReport, out_dir: Path, stem: str | None = None) -> dict[str, str]:

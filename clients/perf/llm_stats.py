@@ -6,7 +6,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clients.perf.profile_export import Experiment
+from clients.perf.profile_export import Experiment, StreamedRequest
+
+# A request whose 8 or more responses all reached the client within 1 ms was read in one go: no
+# engine writes tokens that fast one response at a time, so its TTFT and gaps are the client's
+# (perf_analyzer 2.48's gRPC stream has been seen holding a whole answer until its last response
+# while the server sent every token on time).
+BUNCH_NS = 1_000_000
+BUNCH_MIN_RESPONSES = 8
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -39,6 +46,12 @@ class StreamStats:
     output_tokens_per_s: float
     requests_per_s: float
     duration_s: float
+    bunched_requests: int = 0  # requests whose responses the client took in one bunch
+
+
+def bunched(request: StreamedRequest) -> bool:
+    ns = request.response_ns
+    return len(ns) >= BUNCH_MIN_RESPONSES and ns[-1] - ns[0] <= BUNCH_NS
 
 
 def stream_stats(experiment: Experiment) -> StreamStats:
@@ -59,4 +72,5 @@ def stream_stats(experiment: Experiment) -> StreamStats:
         latency_ms_p50=percentile(latency, 50), latency_ms_p99=percentile(latency, 99),
         output_tokens_per_s=sum(tokens) / span if span > 0 else math.nan,
         requests_per_s=len(reqs) / span if span > 0 else math.nan, duration_s=span,
+        bunched_requests=sum(bunched(r) for r in reqs),
     )  # fmt: skip

@@ -17,8 +17,9 @@ from clients.perf import llm_metrics, profile_export
 from clients.perf.errors import PerfError
 from clients.perf.inputs import _from_config
 from clients.perf.llm_prompts import Prompt, input_data, load_chats
-from clients.perf.llm_report import LLMPoint, LLMReport, compare, write_all
+from clients.perf.llm_report import LLMPoint, LLMReport, compare, markdown, write_all
 from clients.perf.llm_stats import percentile, stream_stats
+from clients.perf.profile_export import Experiment, StreamedRequest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPORT = FIXTURES / "llm_profile_export.json"
@@ -60,6 +61,22 @@ def test_statistics_match_numpy_on_the_recorded_export() -> None:
     assert stats.output_tokens == 32 and stats.output_tokens_per_s == pytest.approx(32 / span)
     assert stats.requests_per_s == pytest.approx(4 / span)
     assert 0 < stats.ttft_ms_p50 <= stats.ttft_ms_p99 <= stats.latency_ms_p99
+
+
+def test_a_request_whose_responses_came_in_one_bunch_is_counted_and_reported() -> None:
+    (experiment,) = profile_export.load(EXPORT)
+    assert stream_stats(experiment).bunched_requests == 0  # the recorded export streams
+    t0 = experiment.requests[0].send_ns
+    held = StreamedRequest(t0, tuple(t0 + 900_000_000 + i * 10_000 for i in range(8)), (1,) * 8)
+    paced = StreamedRequest(t0, tuple(t0 + 20_000_000 * (i + 1) for i in range(8)), (1,) * 8)
+    short = StreamedRequest(t0, (t0 + 5_000_000, t0 + 5_100_000), (1, 1))  # too few to tell
+    stats = stream_stats(Experiment("concurrency", 1.0, (held, paced, short), 0))
+    assert stats.bunched_requests == 1
+    report = LLMReport("m", "u", {"output_tokens": 8}, [LLMPoint(1, stats, None)])
+    assert "Concurrency 1: 1 of 3 requests reached the client in one bunch" in markdown(report)
+    streamed = dataclasses.replace(stats, bunched_requests=0)
+    plain = LLMReport("m", "u", {"output_tokens": 8}, [LLMPoint(1, streamed, None)])
+    assert "bunch" not in markdown(plain)
 
 
 def test_percentile_interpolates_and_is_nan_for_nothing() -> None:
