@@ -217,8 +217,7 @@ def engine_sides(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
                 runs[name].append(report)
     out: dict[str, Any] = {}
     for name, reports in runs.items():
-        best = {c: max((point(rep, c) for rep in reports), key=lambda p: p["output_tokens_per_s"])
-                for c in LOAD.concurrency}  # fmt: skip
+        best = {c: best_point([point(rep, c) for rep in reports]) for c in LOAD.concurrency}
         out[name] = {"start_s": started, "rounds": ROUNDS, "load_avg_after": _load(),
                      "round_tps_c16": [point(rep, 16)["output_tokens_per_s"] for rep in reports],
                      "round_ttft_ms_c1": [streamed_ttft(point(rep, 1)) for rep in reports],
@@ -276,6 +275,13 @@ def vs_rounds(m: dict[str, Any], key: str, best_triton: float, best_vllm: float)
         return best_triton / best_vllm, ""
     ratios = [a / b for a, b in zip(t, v, strict=True)]
     return sum(t) / sum(v), f"{len(t)} rounds' sums, rounds {min(ratios):.2f}-{max(ratios):.2f}; "
+
+
+def best_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the most output tokens/s among those whose responses all streamed to the
+    client (all rounds where none did)."""
+    streamed = [p for p in points if not p.get("bunched_requests")] or points
+    return max(streamed, key=lambda p: p["output_tokens_per_s"])
 
 
 def streamed_ttft(p: dict[str, Any]) -> float | None:
