@@ -386,6 +386,27 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
             proc.communicate(timeout=grace_s)
     _signal_group(proc, signal.SIGKILL)
     proc.communicate()
+    _await_group_end(proc.pid)
+
+
+def _await_group_end(pgid: int, within_s: float = 10.0) -> None:
+    """Return once no process of the group runs any more (zombies count as ended): a SIGKILLed
+    child that outlived its parent is reaped by init, not by us, and can still be running in the
+    kernel for a moment after killpg() returns; there is no event to wait on but /proc."""
+    deadline = time.monotonic() + within_s
+    while _group_running(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_running(pgid: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 def _signal_group(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:

@@ -4,6 +4,7 @@ against the TensorRT double (real builds, real subprocesses, plans run as their 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -80,21 +81,9 @@ def test_running_out_of_time_kills_the_build_worker_too(tmp_path: Path, monkeypa
     step = tool.engines(args, time.monotonic() + 3)
     assert step["ok"] is False and step["error"].startswith("out of time (--budget-s)")
     worker = int(pidfile.read_text())
-    assert _ends(worker, within_s=10), Path(f"/proc/{worker}/stat").read_text()
-
-
-def _ends(pid: int, within_s: float) -> bool:
-    """Whether the process is gone or a zombie within the time: a SIGKILLed process can still
-    be running in the kernel for a moment after kill() returns."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if ") Z " in Path(f"/proc/{pid}/stat").read_text():
-                return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.01)
-    return False
+    # The tool returns once its group has ended: gone, or a zombie init has yet to reap.
+    with contextlib.suppress(FileNotFoundError):
+        assert ") Z " in Path(f"/proc/{worker}/stat").read_text()
 
 
 def test_an_input_type_it_cannot_send_is_a_finding_not_a_keyerror(tmp_path: Path) -> None:
