@@ -33,6 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_arguments(p)
     p.add_argument("--spec", type=Path, default=Path("models.yaml"), help="the spec (default: models.yaml)")
     p.add_argument("--random-data", action="store_true", help="send random data, not calibration samples")
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="stage cache an LLM's tokenizer comes from (default: .tritonforge/cache beside the spec)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -42,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         args.prompts = llm_prompts_file(args.spec, args.model)
     spec = _maybe_spec(args.spec)
     if args.checkpoint is None:
-        args.checkpoint = llm_checkpoint(spec, args.spec, args.model)
+        args.checkpoint = llm_checkpoint(spec, args.spec, args.model, args.cache)
     entry = find_entry(spec, args.model) if spec else None
     shapes = spec_shapes(spec, entry) if spec and entry else {}
     shapes.update(dict(args.shape))  # --shape wins over the spec
@@ -56,13 +62,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def llm_checkpoint(spec: Spec | None, spec_file: Path, model: str) -> Path | None:
+def llm_checkpoint(
+    spec: Spec | None, spec_file: Path, model: str, cache_dir: Path | None = None
+) -> Path | None:
     """The checkpoint (its tokenizer renders the prompts) of the spec's LLM of that name, as the
-    build made it (from the stage cache), else the folder TRITONFORGE_LLM_CHECKPOINT names."""
+    build made it (from the stage cache: ``cache_dir``, else the spec's own), else the folder
+    TRITONFORGE_LLM_CHECKPOINT names."""
     llm = next((m for m in spec.llms if m.name == model), None) if spec else None
     if spec is None or llm is None:
         return Path(os.environ[CHECKPOINT_ENV]) if os.environ.get(CHECKPOINT_ENV) else None
-    cache = StageCache(spec_file.parent / ".tritonforge" / "cache", stderr_line)
+    cache = StageCache(cache_dir or spec_file.parent / ".tritonforge" / "cache", stderr_line)
     return build_llm(llm, BuildContext(spec, spec_file, spec_file.parent, cache, stderr_line)).checkpoint
 
 

@@ -20,6 +20,7 @@ from clients.perf.llm_prompts import Prompt, input_data, load_chats
 from clients.perf.llm_report import LLMPoint, LLMReport, compare, markdown, write_all
 from clients.perf.llm_stats import percentile, stream_stats
 from clients.perf.profile_export import Experiment, StreamedRequest
+from tests.conftest import test_cache_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPORT = FIXTURES / "llm_profile_export.json"
@@ -254,7 +255,8 @@ def test_tritonforge_perf_on_an_llm_gates_against_a_baseline(llm_server, tmp_pat
 
     common = ["perf", "smollm2", "--url", llm_server.grpc_url, "--protocol", "grpc",
               "--metrics-url", llm_server.metrics_url, "--spec", str(ROOT / "models.yaml"),
-              "--concurrency", "2", "--output-tokens", "4", "--requests-per-user", "2"]  # fmt: skip
+              "--concurrency", "2", "--output-tokens", "4", "--requests-per-user", "2",
+              "--cache", str(test_cache_dir())]  # fmt: skip
     assert main([*common, "--out", str(tmp_path / "a")]) == 0
     report = json.loads((tmp_path / "a" / "smollm2.json").read_text())
     assert report["kind"] == "llm" and report["points"][0]["client"]["tokens_per_request_max"] == 4
