@@ -20,6 +20,12 @@ from pathlib import Path
 DONE = "stage.json"
 
 
+def cache_root(spec_file: Path, chosen: Path | None = None) -> Path:
+    """The stage cache: ``chosen``, else ``.tritonforge/cache`` beside the spec. Absolute: stages
+    hand paths under it to child processes that run elsewhere (vLLM, TensorRT)."""
+    return (chosen or spec_file.parent / ".tritonforge" / "cache").resolve()
+
+
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from builder import repository
-from builder.cache import StageCache, StageResult, file_hash, tree_hash
+from builder.cache import StageCache, StageResult, cache_root, file_hash, tree_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import BuildError, SpecError, UserError, VerificationError
@@ -79,9 +79,7 @@ def build(opts: BuildOptions) -> BuildResult:
 
 
 def _cache(opts: BuildOptions) -> StageCache:
-    # Absolute: stages hand paths under it to child processes that run elsewhere (vLLM, TensorRT).
-    root = opts.cache_dir or opts.spec_file.parent / ".tritonforge" / "cache"
-    return StageCache(root.resolve(), opts.log)
+    return StageCache(cache_root(opts.spec_file, opts.cache_dir), opts.log)
 
 
 def _check_before_stages(ctx: BuildContext) -> None:

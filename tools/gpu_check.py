@@ -209,12 +209,13 @@ class ServedCheck:
 def served_checks(args: argparse.Namespace) -> list[ServedCheck]:
     """Every core model (its plan) and its ONNX Runtime fallback, with the evaluation set the
     build verified it on."""
+    from builder.cache import cache_root
     from builder.engines.profiles import profile_shapes
     from builder.engines.trt_runner import verification_batches
     from builder.spec import Precision, load_spec
 
     spec = load_spec(args.spec)
-    cache = args.spec.resolve().parent / ".tritonforge" / "cache"
+    cache = cache_root(args.spec)
     out = []
     for model in spec.models:
         found = sorted(

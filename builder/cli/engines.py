@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from builder.cache import cache_root
 from builder.cli.build import stderr_line
 from builder.cli.summary import render
 from builder.deploy.plans import BuiltRepository, build_plans
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             return EnginesRequired.exit_code
         print(line)
         return 0
-    cache = (args.cache or spec_file.parent / ".tritonforge" / "cache").resolve()
+    cache = cache_root(spec_file, args.cache)
     if not args.if_stale:
         for model in spec.models:
             shutil.rmtree(cache / model.name / "engines", ignore_errors=True)

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from builder.cache import StageCache
+from builder.cache import StageCache, cache_root
 from builder.cli.build import stderr_line
 from builder.llm.build import build_llm
 from builder.perf_inputs import find_entry, real_input_data, spec_shapes
@@ -71,7 +71,7 @@ def llm_checkpoint(
     llm = next((m for m in spec.llms if m.name == model), None) if spec else None
     if spec is None or llm is None:
         return Path(os.environ[CHECKPOINT_ENV]) if os.environ.get(CHECKPOINT_ENV) else None
-    cache = StageCache(cache_dir or spec_file.parent / ".tritonforge" / "cache", stderr_line)
+    cache = StageCache(cache_root(spec_file, cache_dir), stderr_line)
     return build_llm(llm, BuildContext(spec, spec_file, spec_file.parent, cache, stderr_line)).checkpoint
 
 
