@@ -1,0 +1,220 @@
+"""The served LLM's per-token cost, side by side in one run: the project's ``vllm_engine`` model,
+Triton's own vLLM backend on the same tritonserver (its ``src`` folder, given with ``--backend``),
+and variants of the project's model (its model.py with a patch applied), each against vLLM's own
+OpenAI server, with ``bench.llm``'s checkpoint, dtype, engine settings, prompts and load.
+
+Every Triton model is served by one tritonserver, beside vLLM's server; each round measures every
+side once at 16 streams (64 new tokens, ``ignore_eos``, greedy), in an order rotated from round to
+round, so that a shared machine's changing load falls on all of them. A side's figure is the sum
+of its rounds' output tokens/s over the sum of vLLM's.
+
+    python -m bench.llm_variants [--backend DIR] [--variant NAME=PATCH ...] [--rounds N]
+                                 [--key KEY] [--out FILE]
+
+``--backend DIR``: a copy of ``triton-inference-server/vllm_backend``'s ``src`` (``model.py`` and
+``utils/``), which this project does not ship; it is served as the model ``official``. The
+record goes to ``runs.<KEY>`` of ``bench/results/llm_per_token.json`` (``--out``: another file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import llm
+from bench.common import machine
+from clients.perf.llm import LLMLoad, run_llm_perf
+from clients.perf.llm_prompts import load_chats, shape
+
+RESULTS = llm.RESULTS / "llm_per_token.json"
+WORK = llm.WORK / "variants"
+LOAD = LLMLoad(output_tokens=llm.NEW_TOKENS, concurrency=(16,), requests_per_user=2, min_requests=6)
+VLLM = "vllm_openai"
+PROJECT = llm.MODEL  # the project's model keeps the zoo's name
+OFFICIAL = "official"
+# Triton's backend imports vLLM inside the 2.51 stub, whose embedded interpreter runs in the C
+# locale: torch then fails to read its UTF-8 files (the project's model sets the same locale).
+OFFICIAL_ENTRY = '''"""Triton's vLLM backend (vllm_backend_model.py), loaded in a UTF-8 locale."""
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
+
+from vllm_backend_model import TritonPythonModel  # noqa: E402,F401
+'''
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # the served model's name, or VLLM
+    what: str
+
+
+def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
+    """Triton's vLLM backend as a Python-backend model: its ``model.py`` and ``utils/`` in the
+    version folder, ``model.json`` as the project writes it, and the config that backend's
+    ``auto_complete_config`` would make (decoupled, no Triton batching, its inputs and outputs)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
+    from builder.llm.serving import ENGINE_ARGS_FILE, model_json
+
+    version = model_dir / "1"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    version.mkdir(parents=True)
+    shutil.copy2(backend / "model.py", version / "vllm_backend_model.py")
+    shutil.copytree(backend / "utils", version / "utils")
+    (version / "model.py").write_text(OFFICIAL_ENTRY, encoding="utf-8")
+    (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
+    cfg = mc.ModelConfig(
+        name=model_dir.name, backend="python", max_batch_size=0,
+        model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
+        instance_group=[mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)],
+    )  # fmt: skip
+    add_tensors(cfg, BACKEND_INPUTS, BACKEND_OUTPUTS)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg), encoding="utf-8")
+
+
+def write_variant(model_dir: Path, patch: Path, engine: Any) -> None:
+    """The project's model with ``patch`` (a unified diff of its model.py) applied."""
+    from builder.llm.serving import ServingSettings, write_local_model
+
+    shutil.rmtree(model_dir, ignore_errors=True)
+    version = write_local_model(model_dir, engine, ServingSettings(max_waiting=64))
+    done = subprocess.run(["patch", "--quiet", str(version / "model.py"), str(patch)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"{patch}: does not apply to model.py: {(done.stdout + done.stderr).strip()}")
+
+
+def write_repo(repo: Path, checkpoint: Path, backend: Path | None, variants: dict[str, Path]) -> list[Side]:
+    from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+
+    engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)
+    shutil.rmtree(repo, ignore_errors=True)
+    write_local_model(repo / PROJECT, engine, ServingSettings(max_waiting=64))
+    sides = [Side(PROJECT, "the project's vllm_engine model as it is")]
+    if backend is not None:
+        write_official_model(repo / OFFICIAL, backend, engine)
+        sides.append(Side(OFFICIAL, f"Triton's own vLLM backend ({backend})"))
+    for name, patch in variants.items():
+        write_variant(repo / name, patch, engine)
+        sides.append(Side(name, f"the project's model with {patch.name} applied"))
+    return [*sides, Side(VLLM, "vLLM's own OpenAI server")]
+
+
+@contextlib.contextmanager
+def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, str]]:
+    from builder.server import TritonServer
+
+    server = TritonServer(repo, log_path=WORK / "server.log")
+    server.start(timeout=llm.START_TIMEOUT)
+    try:
+        with llm.vllm_openai(checkpoint) as url:
+            yield server, url
+    finally:
+        server.stop()
+
+
+def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> dict[str, list[float]]:
+    """Each side's output tokens/s at 16 streams, one figure per round."""
+    prompts = shape(load_chats(llm.ROOT / "calibration" / llm.MODEL / "perf.json"), checkpoint, None)
+    tps: dict[str, list[float]] = {s.name: [] for s in sides}
+    with servers(repo, checkpoint) as (server, url):
+        for r in range(rounds):
+            order = sides[r % len(sides) :] + sides[: r % len(sides)]
+            for side in order:
+                folder = WORK / side.name / f"round{r + 1}"
+                if side.name == VLLM:
+                    report = run_llm_perf(
+                        url, llm.MODEL, prompts, LOAD, out_dir=folder, service_kind="openai"
+                    )
+                else:
+                    report = run_llm_perf(server.grpc_url, side.name, prompts, LOAD, out_dir=folder)
+                tps[side.name].append(round(llm.point(report, 16)["output_tokens_per_s"], 1))
+                print(f"round {r + 1} {side.name}: {tps[side.name][-1]} tokens/s", flush=True)
+    return tps
+
+
+def summary(sides: list[Side], tps: dict[str, list[float]]) -> dict[str, Any]:
+    base = tps[VLLM]
+    out: dict[str, Any] = {}
+    for side in sides:
+        rounds = tps[side.name]
+        ratios = [round(a / b, 3) for a, b in zip(rounds, base, strict=True)]
+        out[side.name] = {"what": side.what, "round_tps_c16": rounds, "round_ratios": ratios,
+                          "vs_vllm_c16": round(sum(rounds) / sum(base), 3)}  # fmt: skip
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = ["| side | tokens/s at 16, per round | / vLLM (sums) | rounds |", "|---|---|---|---|"]
+    for name, s in result.items():
+        spread = f"{min(s['round_ratios']):.2f}-{max(s['round_ratios']):.2f}"
+        rounds = ", ".join(f"{x:.0f}" for x in s["round_tps_c16"])
+        lines.append(f"| {name} | {rounds} | {s['vs_vllm_c16']:.3f}x | {spread} |")
+    return "\n".join(lines)
+
+
+def variant_arg(text: str) -> tuple[str, Path]:
+    name, sep, patch = text.partition("=")
+    if not sep or not name.isidentifier() or name in (PROJECT, OFFICIAL, VLLM):
+        raise argparse.ArgumentTypeError(f"--variant {text}: write NAME=PATCH, NAME a new identifier")
+    if not Path(patch).is_file():
+        raise argparse.ArgumentTypeError(f"--variant {text}: no such patch file")
+    return name, Path(patch).resolve()
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.llm_variants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", type=Path, help="Triton's vLLM backend's src folder (model.py, utils/)")
+    ap.add_argument("--variant", type=variant_arg, action="append", default=[], metavar="NAME=PATCH")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--key", default="backends", help="the record's name under runs (default: backends)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    opts = ap.parse_args(argv)
+    if opts.backend is not None and not all((opts.backend / f).exists() for f in ("model.py", "utils")):
+        ap.error(f"--backend {opts.backend}: needs model.py and utils/ (vllm_backend's src folder)")
+    if opts.rounds < 1:
+        ap.error("--rounds: at least 1")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    reason = llm.skipped()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 2
+    checkpoint = llm.checkpoint()
+    WORK.mkdir(parents=True, exist_ok=True)
+    sides = write_repo(WORK / "repo", checkpoint, opts.backend, dict(opts.variant))
+    before, start = [round(x, 2) for x in os.getloadavg()], time.monotonic()
+    tps = measure(sides, WORK / "repo", checkpoint, opts.rounds)
+    result = summary(sides, tps)
+    record = {**machine(), "engine": llm.ENGINE, "dtype_reason": llm.DTYPE_REASON[0], "load": vars(LOAD),
+              "method": "bench.llm_variants: every side up at once, one round each in a rotated order, "
+                        "output tokens/s at 16 streams (perf_analyzer streaming); ratios of the rounds' sums",
+              "minutes": round((time.monotonic() - start) / 60, 1), "load_avg_before": before,
+              "load_avg_after": [round(x, 2) for x in os.getloadavg()], "sides": result}  # fmt: skip
+    data = json.loads(opts.out.read_text()) if opts.out.is_file() else {}
+    data.setdefault("runs", {})[opts.key] = record
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    print(table(result))
+    print(f"written: {opts.out} (runs.{opts.key})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
