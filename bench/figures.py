@@ -309,6 +309,44 @@ def render_openai(results: Sequence[Result], results_dir: Path) -> str:
     return _lines(r.machine().header(r.source), "", text)
 
 
+BACKENDS_HEAD = (
+    "| side | tokens/s at 16, per round | / vLLM (sums) | rounds | cores used: "
+    "frontend / engine / tritonserver / client / other |",
+    "|---|---|---|---|---|",
+)
+CORE_KEYS = ("frontend", "engine", "server", "client", "other")
+
+
+def backends_table(sides: Mapping[str, Any]) -> str:
+    """bench.llm_variants' sides: each one's rounds, its ratio to vLLM's server and cores used."""
+    lines = list(BACKENDS_HEAD)
+    for name, s in sides.items():
+        spread = f"{min(s['round_ratios']):.2f}-{max(s['round_ratios']):.2f}"
+        rounds = ", ".join(f"{x:.0f}" for x in s["round_tps_c16"])
+        cores = " / ".join(f"{s['cores_used'][k]:.2f}" for k in CORE_KEYS)
+        lines.append(f"| {name} | {rounds} | {s['vs_vllm_c16']:.3f}x | {spread} | {cores} |")
+    return "\n".join(lines)
+
+
+def render_llm_backends(results: Sequence[Result], results_dir: Path) -> str:
+    """One record of bench.llm_variants (``runs.backends`` of llm_per_token.json)."""
+    (r,) = results
+    run = r.get("runs", "backends")
+    rounds = len(next(iter(run["sides"].values()))["round_tps_c16"])
+    text = (
+        f"{run['dtype_reason']}; {rounds} rounds, the order rotated each round, {run['minutes']} min; "
+        f"load average {' / '.join(map(str, run['load_avg_after']))} after."
+    )
+    header = Machine.of(run).header(f"{r.source}, `runs.backends`")
+    earlier = [
+        f"{e['date']} ({e.get('cpu') or NOT_RECORDED}): "
+        + ", ".join(f"{name} {ratio:.3f}x" for name, ratio in e["vs_vllm_c16"].items())
+        for e in run.get("earlier", [])
+    ]
+    before = ["", "Earlier runs, each side / vLLM: " + "; ".join(earlier) + "."] if earlier else []
+    return _lines(header, "", text, "", backends_table(run["sides"]), *before)
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -326,6 +364,7 @@ KINDS: dict[str, Kind] = {
     "tune": Kind(render_tune, ("tune_resnet18/tune",)),
     "runner_overhead": Kind(render_runner_overhead, ("runner_overhead",)),
     "openai": Kind(render_openai, ("openai",)),
+    "llm_backends": Kind(render_llm_backends, ("llm_per_token",)),
 }
 
 

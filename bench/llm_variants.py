@@ -20,19 +20,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import llm
-from bench.common import machine
+from bench.common import _cpu_seconds, _machine_cpu, machine
+from bench.figures import backends_table
+from builder.estimate.rss import children
 from clients.perf.llm import LLMLoad, run_llm_perf
 from clients.perf.llm_prompts import load_chats, shape
 
@@ -57,6 +61,13 @@ from vllm_backend_model import TritonPythonModel  # noqa: E402,F401
 class Side:
     name: str  # the served model's name, or VLLM
     what: str
+    source: dict[str, str] = field(default_factory=dict)  # what it was made of: a patch, file digests
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """sha256 of each Python file under ``folder`` (what a run of Triton's backend ran)."""
+    return {str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(folder.rglob("*.py"))}  # fmt: skip
 
 
 def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
@@ -106,64 +117,130 @@ def write_repo(repo: Path, checkpoint: Path, backend: Path | None, variants: dic
     sides = [Side(PROJECT, "the project's vllm_engine model as it is")]
     if backend is not None:
         write_official_model(repo / OFFICIAL, backend, engine)
-        sides.append(Side(OFFICIAL, f"Triton's own vLLM backend ({backend})"))
+        sides.append(Side(OFFICIAL, f"Triton's own vLLM backend ({backend})", digests(backend)))
     for name, patch in variants.items():
         write_variant(repo / name, patch, engine)
-        sides.append(Side(name, f"the project's model with {patch.name} applied"))
+        what = f"the project's model with {patch.name} applied"
+        sides.append(Side(name, what, {"patch": patch.read_text()}))
     return [*sides, Side(VLLM, "vLLM's own OpenAI server")]
 
 
 @contextlib.contextmanager
-def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, str]]:
+def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, tuple[str, int]]]:
+    """tritonserver on ``repo`` and vLLM's own server (its URL and process id)."""
     from builder.server import TritonServer
 
     server = TritonServer(repo, log_path=WORK / "server.log")
     server.start(timeout=llm.START_TIMEOUT)
     try:
         with llm.vllm_openai(checkpoint) as url:
-            yield server, url
+            yield server, (url, vllm_pid())
     finally:
         server.stop()
 
 
-def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> dict[str, list[float]]:
-    """Each side's output tokens/s at 16 streams, one figure per round."""
+def _cpu(pid: int) -> float:
+    try:
+        return _cpu_seconds(pid)
+    except (OSError, IndexError):  # gone
+        return 0.0
+
+
+def cpu_now(frontend: int, server: int | None) -> dict[str, float]:
+    """CPU seconds so far: ``frontend`` (the side's stub, or vLLM's API server) itself, its
+    descendants (``engine``: vLLM's engine core), tritonserver, the finished perf_analyzer runs
+    (``client``) and the whole machine."""
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"frontend": _cpu(frontend), "engine": sum(_cpu(c) for c in children(frontend)),
+            "server": _cpu(server) if server is not None else 0.0,
+            "client": ended.ru_utime + ended.ru_stime, "machine": _machine_cpu()[0],
+            "wall": time.perf_counter()}  # fmt: skip
+
+
+def cores_used(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """Cores used on average between two ``cpu_now`` readings; ``other``: every other process
+    (the sides not measured, this process)."""
+    wall = end["wall"] - start["wall"]
+    used = {k: (end[k] - start[k]) / wall for k in ("frontend", "engine", "server", "client", "machine")}
+    used["other"] = max(0.0, used.pop("machine") - sum(used.values()))
+    return {k: round(v, 3) for k, v in used.items()}
+
+
+def stub_pid(server: Any, model: str) -> int:
+    """The Python-backend stub serving ``model`` (its first argument is that model's model.py)."""
+    for pid in children(server.pid):
+        with contextlib.suppress(OSError):
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if len(args) > 1 and Path(args[1].decode()).parent.parent.name == model:
+                return pid
+    raise RuntimeError(f"no stub process of model '{model}' under tritonserver {server.pid}")
+
+
+def vllm_pid() -> int:
+    """vLLM's own server, a child of this process (``bench.llm.vllm_openai``)."""
+    for pid in children(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"vllm.entrypoints.openai.api_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise RuntimeError("vLLM's server is not a child of this process")
+
+
+@dataclass
+class Measured:
+    tps: dict[str, list[float]]  # output tokens/s at 16 streams, one figure per round
+    cores: dict[str, list[dict[str, float]]]  # cores used during each round's run (cores_used)
+
+
+def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> Measured:
     prompts = shape(load_chats(llm.ROOT / "calibration" / llm.MODEL / "perf.json"), checkpoint, None)
-    tps: dict[str, list[float]] = {s.name: [] for s in sides}
-    with servers(repo, checkpoint) as (server, url):
+    done = Measured({s.name: [] for s in sides}, {s.name: [] for s in sides})
+    with servers(repo, checkpoint) as (server, (url, vllm_pid)):
         for r in range(rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for side in order:
                 folder = WORK / side.name / f"round{r + 1}"
                 if side.name == VLLM:
+                    start = cpu_now(vllm_pid, None)
                     report = run_llm_perf(
                         url, llm.MODEL, prompts, LOAD, out_dir=folder, service_kind="openai"
                     )
+                    used = cores_used(start, cpu_now(vllm_pid, None))
                 else:
+                    stub = stub_pid(server, side.name)
+                    start = cpu_now(stub, server.pid)
                     report = run_llm_perf(server.grpc_url, side.name, prompts, LOAD, out_dir=folder)
-                tps[side.name].append(round(llm.point(report, 16)["output_tokens_per_s"], 1))
-                print(f"round {r + 1} {side.name}: {tps[side.name][-1]} tokens/s", flush=True)
-    return tps
+                    used = cores_used(start, cpu_now(stub, server.pid))
+                done.tps[side.name].append(round(llm.point(report, 16)["output_tokens_per_s"], 1))
+                done.cores[side.name].append(used)
+                print(
+                    f"round {r + 1} {side.name}: {done.tps[side.name][-1]} tokens/s, cores {used}", flush=True
+                )
+    return done
 
 
-def summary(sides: list[Side], tps: dict[str, list[float]]) -> dict[str, Any]:
-    base = tps[VLLM]
+def summary(sides: list[Side], done: Measured) -> dict[str, Any]:
+    base = done.tps[VLLM]
     out: dict[str, Any] = {}
     for side in sides:
-        rounds = tps[side.name]
+        rounds, cores = done.tps[side.name], done.cores[side.name]
         ratios = [round(a / b, 3) for a, b in zip(rounds, base, strict=True)]
-        out[side.name] = {"what": side.what, "round_tps_c16": rounds, "round_ratios": ratios,
-                          "vs_vllm_c16": round(sum(rounds) / sum(base), 3)}  # fmt: skip
+        mean = {k: round(sum(c[k] for c in cores) / len(cores), 3) for k in cores[0]} if cores else {}
+        out[side.name] = {"what": side.what, "source": side.source, "round_tps_c16": rounds,
+                          "round_ratios": ratios, "vs_vllm_c16": round(sum(rounds) / sum(base), 3),
+                          "cores_used": mean, "round_cores_used": cores}  # fmt: skip
     return out
 
 
-def table(result: dict[str, Any]) -> str:
-    lines = ["| side | tokens/s at 16, per round | / vLLM (sums) | rounds |", "|---|---|---|---|"]
-    for name, s in result.items():
-        spread = f"{min(s['round_ratios']):.2f}-{max(s['round_ratios']):.2f}"
-        rounds = ", ".join(f"{x:.0f}" for x in s["round_tps_c16"])
-        lines.append(f"| {name} | {rounds} | {s['vs_vllm_c16']:.3f}x | {spread} |")
-    return "\n".join(lines)
+def keep(runs: dict[str, Any], key: str, record: dict[str, Any]) -> None:
+    """``record`` as ``runs[key]``; the record it replaces leaves its ratios in ``runs[key].earlier``
+    (a side's ratio from one run alone is within the rounds' noise: the runs together tell)."""
+    previous = runs.get(key)
+    earlier = list(previous.get("earlier", [])) if previous else []
+    if previous:
+        ratios = {name: side["vs_vllm_c16"] for name, side in previous["sides"].items()}
+        earlier.append({"date": previous["date"], "cpu": previous.get("cpu"),
+                        "load_avg": previous.get("load_avg"), "vs_vllm_c16": ratios})  # fmt: skip
+    runs[key] = {**record, "earlier": earlier}
 
 
 def variant_arg(text: str) -> tuple[str, Path]:
@@ -199,19 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = llm.checkpoint()
     WORK.mkdir(parents=True, exist_ok=True)
     sides = write_repo(WORK / "repo", checkpoint, opts.backend, dict(opts.variant))
-    before, start = [round(x, 2) for x in os.getloadavg()], time.monotonic()
-    tps = measure(sides, WORK / "repo", checkpoint, opts.rounds)
-    result = summary(sides, tps)
-    record = {**machine(), "engine": llm.ENGINE, "dtype_reason": llm.DTYPE_REASON[0], "load": vars(LOAD),
+    info, start = machine(), time.monotonic()  # the date and load average when it starts
+    result = summary(sides, measure(sides, WORK / "repo", checkpoint, opts.rounds))
+    record = {**info, "engine": llm.ENGINE, "dtype_reason": llm.DTYPE_REASON[0], "load": vars(LOAD),
               "method": "bench.llm_variants: every side up at once, one round each in a rotated order, "
                         "output tokens/s at 16 streams (perf_analyzer streaming); ratios of the rounds' sums",
-              "minutes": round((time.monotonic() - start) / 60, 1), "load_avg_before": before,
+              "minutes": round((time.monotonic() - start) / 60, 1),
               "load_avg_after": [round(x, 2) for x in os.getloadavg()], "sides": result}  # fmt: skip
     data = json.loads(opts.out.read_text()) if opts.out.is_file() else {}
-    data.setdefault("runs", {})[opts.key] = record
+    keep(data.setdefault("runs", {}), opts.key, record)
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    print(table(result))
+    print(backends_table(result))
     print(f"written: {opts.out} (runs.{opts.key})")
     return 0
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from bench.llm_variants import VLLM, Side, parse, summary, table, write_official_model, write_repo
+from bench.figures import backends_table
+from bench.llm_variants import (
+    VLLM,
+    Measured,
+    Side,
+    cores_used,
+    keep,
+    parse,
+    summary,
+    write_official_model,
+    write_repo,
+)
 from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS
 from builder.llm.serving import MODEL_SOURCE, EngineArgs
 
@@ -67,9 +79,35 @@ def test_bad_arguments_are_refused_with_the_reason(
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def _reading(wall: float, **cpu: float) -> dict[str, float]:
+    keys = ("frontend", "engine", "server", "client", "machine")
+    return {"wall": wall, **{k: cpu.get(k, 0.0) for k in keys}}
+
+
+def test_cores_used_are_cpu_seconds_over_the_wall_time_and_other_is_the_rest_of_the_machine() -> None:
+    start = _reading(10.0, frontend=1.0, engine=5.0, machine=100.0)
+    end = _reading(12.0, frontend=1.5, engine=7.0, server=0.2, client=0.4, machine=103.8)
+    used = cores_used(start, end)
+    assert used == {"frontend": 0.25, "engine": 1.0, "server": 0.1, "client": 0.2, "other": 0.35}
+
+
 def test_each_side_is_compared_to_vllm_by_the_sums_of_its_rounds() -> None:
     sides = [Side("smollm2", "model"), Side("official", "backend"), Side(VLLM, "server")]
-    result = summary(sides, {"smollm2": [300, 330], "official": [310, 310], VLLM: [300, 300]})
+    one = {"frontend": 0.5, "engine": 1.0, "server": 0.1, "client": 0.2, "other": 0.0}
+    tps = {"smollm2": [300.0, 330.0], "official": [310.0, 310.0], VLLM: [300.0, 300.0]}
+    result = summary(sides, Measured(tps, {name: [one, one] for name in tps}))
     assert result["smollm2"]["vs_vllm_c16"] == 1.05 and result["smollm2"]["round_ratios"] == [1.0, 1.1]
     assert result["official"]["vs_vllm_c16"] == pytest.approx(1.033)
-    assert "| smollm2 | 300, 330 | 1.050x | 1.00-1.10 |" in table(result)
+    assert result["official"]["cores_used"] == one
+    row = "| smollm2 | 300, 330 | 1.050x | 1.00-1.10 | 0.50 / 1.00 / 0.10 / 0.20 / 0.00 |"
+    assert row in backends_table(result)
+
+
+def test_a_new_run_keeps_the_ratios_of_the_runs_before_it() -> None:
+    runs: dict[str, Any] = {}
+    first = {"date": "d1", "cpu": "c", "load_avg": [1.0], "sides": {"smollm2": {"vs_vllm_c16": 0.96}}}
+    keep(runs, "backends", first)
+    keep(runs, "backends", {"date": "d2", "sides": {"smollm2": {"vs_vllm_c16": 1.06}}})
+    keep(runs, "backends", {"date": "d3", "sides": {"smollm2": {"vs_vllm_c16": 1.0}}})
+    assert runs["backends"]["date"] == "d3"
+    assert [e["vs_vllm_c16"]["smollm2"] for e in runs["backends"]["earlier"]] == [0.96, 1.06]
