@@ -177,13 +177,13 @@ def serving(repo: Path, tag: str) -> Iterator[Any]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of one process (its own threads, not its children)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
-def _machine_cpu() -> tuple[float, float]:
+def machine_cpu() -> tuple[float, float]:
     """CPU seconds the whole machine spent busy (any process) and stolen by the hypervisor."""
     user, nice, system, _idle, _iowait, irq, softirq, steal = (
         int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
@@ -191,7 +191,7 @@ def _machine_cpu() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / TICK, steal / TICK
 
 
-def _stub_of(pid: int, model: str | None) -> bool:
+def stub_of(pid: int, model: str | None) -> bool:
     """Whether a child of the server is the Python-backend stub of ``model`` (any when None):
     its first argument is the model's ``<repository>/<model>/<version>/model.py``."""
     if model is None:
@@ -205,14 +205,14 @@ def _stub_of(pid: int, model: str | None) -> bool:
 
 def _cpu_now(server_pid: int, model: str | None) -> dict[str, float]:
     ended = resource.getrusage(resource.RUSAGE_CHILDREN)  # children waited for: perf_analyzer runs
-    busy, steal = _machine_cpu()
+    busy, steal = machine_cpu()
     return {
         "wall": time.perf_counter(),
         "machine_busy": busy,
         "stolen": steal,
         "perf_analyzer": ended.ru_utime + ended.ru_stime,
-        "tritonserver": _cpu_seconds(server_pid),
-        "python_stubs": sum(_cpu_seconds(c) for c in children(server_pid) if _stub_of(c, model)),
+        "tritonserver": cpu_seconds(server_pid),
+        "python_stubs": sum(cpu_seconds(c) for c in children(server_pid) if stub_of(c, model)),
         "this_process": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
     }
 

@@ -329,15 +329,21 @@ def backends_table(sides: Mapping[str, Any]) -> str:
 
 
 def render_llm_backends(results: Sequence[Result], results_dir: Path) -> str:
-    """One record of bench.llm_variants (``runs.backends`` of llm_per_token.json)."""
+    """Every record of bench.llm_variants in llm_per_token.json (``runs.<key>`` holding ``sides``)."""
     (r,) = results
-    run = r.get("runs", "backends")
+    runs = {k: v for k, v in r.get("runs").items() if isinstance(v, Mapping) and "sides" in v}
+    if not runs:
+        raise FiguresError(f"{r.source}: no bench.llm_variants record under 'runs'")
+    return "\n\n".join(_backends_run(r, key, run) for key, run in runs.items())
+
+
+def _backends_run(r: Result, key: str, run: Mapping[str, Any]) -> str:
     rounds = len(next(iter(run["sides"].values()))["round_tps_c16"])
     text = (
-        f"{run['dtype_reason']}; {rounds} rounds, the order rotated each round, {run['minutes']} min; "
-        f"load average {' / '.join(map(str, run['load_avg_after']))} after."
+        f"`runs.{key}`: {run['dtype_reason']}; {rounds} rounds, the order rotated each round, "
+        f"{run['minutes']} min; load average {' / '.join(map(str, run['load_avg_after']))} after."
     )
-    header = Machine.of(run).header(f"{r.source}, `runs.backends`")
+    header = Machine.of(run).header(f"{r.source}, `runs.{key}`")
     earlier = [
         f"{e['date']} ({e.get('cpu') or NOT_RECORDED}): "
         + ", ".join(f"{name} {ratio:.3f}x" for name, ratio in e["vs_vllm_c16"].items())

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import llm
-from bench.common import _cpu_seconds, _machine_cpu, machine
+from bench.common import cpu_seconds, machine, machine_cpu, stub_of
 from bench.figures import backends_table
 from builder.estimate.rss import children
 from clients.perf.llm import LLMLoad, run_llm_perf
@@ -141,7 +141,7 @@ def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, tuple[str, int]
 
 def _cpu(pid: int) -> float:
     try:
-        return _cpu_seconds(pid)
+        return cpu_seconds(pid)
     except (OSError, IndexError):  # gone
         return 0.0
 
@@ -153,7 +153,7 @@ def cpu_now(frontend: int, server: int | None) -> dict[str, float]:
     ended = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"frontend": _cpu(frontend), "engine": sum(_cpu(c) for c in children(frontend)),
             "server": _cpu(server) if server is not None else 0.0,
-            "client": ended.ru_utime + ended.ru_stime, "machine": _machine_cpu()[0],
+            "client": ended.ru_utime + ended.ru_stime, "machine": machine_cpu()[0],
             "wall": time.perf_counter()}  # fmt: skip
 
 
@@ -167,13 +167,11 @@ def cores_used(start: dict[str, float], end: dict[str, float]) -> dict[str, floa
 
 
 def stub_pid(server: Any, model: str) -> int:
-    """The Python-backend stub serving ``model`` (its first argument is that model's model.py)."""
-    for pid in children(server.pid):
-        with contextlib.suppress(OSError):
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if len(args) > 1 and Path(args[1].decode()).parent.parent.name == model:
-                return pid
-    raise RuntimeError(f"no stub process of model '{model}' under tritonserver {server.pid}")
+    """The Python-backend stub serving ``model``."""
+    found = [pid for pid in children(server.pid) if stub_of(pid, model)]
+    if not found:
+        raise RuntimeError(f"no stub process of model '{model}' under tritonserver {server.pid}")
+    return found[0]
 
 
 def vllm_pid() -> int:

@@ -106,3 +106,17 @@ def test_check_exits_1_on_a_stale_tree_and_0_on_a_fresh_one(
     assert main(["--check"]) == 1
     assert main([]) == 0
     assert main(["--check"]) == 0
+
+
+def test_the_backends_block_shows_every_variants_run_and_refuses_a_file_without_one(tmp_path: Path) -> None:
+    from bench.figures import CORE_KEYS, Result, render_llm_backends
+
+    side = {"round_tps_c16": [300.0, 310.0], "round_ratios": [1.0, 1.03], "vs_vllm_c16": 1.017,
+            "cores_used": dict.fromkeys(CORE_KEYS, 0.1)}  # fmt: skip
+    run = {**MACHINE, "dtype_reason": "f32", "minutes": 3.0, "load_avg_after": [1.0], "sides": {"m": side}}
+    runs = {"a": run, "old": {"x": 1}, "b": run}
+    text = render_llm_backends([Result("llm_per_token", {"runs": runs})], tmp_path)
+    assert text.count("| m | 300, 310 | 1.017x | 1.00-1.03 |") == 2
+    assert "`runs.a`" in text and "`runs.b`" in text and "`runs.old`" not in text
+    with pytest.raises(FiguresError, match=r"no bench\.llm_variants record"):
+        render_llm_backends([Result("llm_per_token", {"runs": {"old": {"x": 1}}})], tmp_path)
