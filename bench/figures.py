@@ -337,6 +337,13 @@ def render_llm_backends(results: Sequence[Result], results_dir: Path) -> str:
     return "\n\n".join(_backends_run(r, key, run) for key, run in runs.items())
 
 
+def _ratios(run: Mapping[str, Any]) -> dict[str, float]:
+    """Each side's ratio to vLLM: a whole earlier record's, or the ratios an older one kept."""
+    if "sides" in run:
+        return {name: side["vs_vllm_c16"] for name, side in run["sides"].items()}
+    return dict(run["vs_vllm_c16"])
+
+
 def _backends_run(r: Result, key: str, run: Mapping[str, Any]) -> str:
     rounds = len(next(iter(run["sides"].values()))["round_tps_c16"])
     text = (
@@ -346,7 +353,7 @@ def _backends_run(r: Result, key: str, run: Mapping[str, Any]) -> str:
     header = Machine.of(run).header(f"{r.source}, `runs.{key}`")
     earlier = [
         f"{e['date']} ({e.get('cpu') or NOT_RECORDED}): "
-        + ", ".join(f"{name} {ratio:.3f}x" for name, ratio in e["vs_vllm_c16"].items())
+        + ", ".join(f"{name} {ratio:.3f}x" for name, ratio in _ratios(e).items())
         for e in run.get("earlier", [])
     ]
     before = ["", "Earlier runs, each side / vLLM: " + "; ".join(earlier) + "."] if earlier else []

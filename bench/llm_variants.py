@@ -11,6 +11,9 @@ of its rounds' output tokens/s over the sum of vLLM's.
     python -m bench.llm_variants [--backend DIR] [--variant NAME=PATCH ...] [--rounds N]
                                  [--key KEY] [--out FILE]
 
+``--rounds``: a multiple of the number of sides, so that each side goes first as often (default:
+twice that number).
+
 ``--backend DIR``: a copy of ``triton-inference-server/vllm_backend``'s ``src`` (``model.py`` and
 ``utils/``), which this project does not ship; it is served as the model ``official``. The
 record goes to ``runs.<KEY>`` of ``bench/results/llm_per_token.json`` (``--out``: another file).
@@ -72,8 +75,10 @@ def digests(folder: Path) -> dict[str, str]:
 
 def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
     """Triton's vLLM backend as a Python-backend model: its ``model.py`` and ``utils/`` in the
-    version folder, ``model.json`` as the project writes it, and the config that backend's
-    ``auto_complete_config`` would make (decoupled, no Triton batching, its inputs and outputs)."""
+    version folder, ``model.json`` as the project writes it, and a config as that backend's
+    ``auto_complete_config`` shapes it (decoupled, no Triton batching, its text inputs and outputs;
+    it adds its ``image`` and ``embedding_request`` inputs itself). Its defaults are kept: no
+    custom metrics, no health check."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
@@ -230,15 +235,27 @@ def summary(sides: list[Side], done: Measured) -> dict[str, Any]:
 
 
 def keep(runs: dict[str, Any], key: str, record: dict[str, Any]) -> None:
-    """``record`` as ``runs[key]``; the record it replaces leaves its ratios in ``runs[key].earlier``
-    (a side's ratio from one run alone is within the rounds' noise: the runs together tell)."""
+    """``record`` as ``runs[key]``; the record it replaces goes whole (without its own earlier
+    ones) to ``runs[key].earlier``: a side's ratio from one run alone is within the rounds'
+    noise, the runs together tell."""
     previous = runs.get(key)
     earlier = list(previous.get("earlier", [])) if previous else []
     if previous:
-        ratios = {name: side["vs_vllm_c16"] for name, side in previous["sides"].items()}
-        earlier.append({"date": previous["date"], "cpu": previous.get("cpu"),
-                        "load_avg": previous.get("load_avg"), "vs_vllm_c16": ratios})  # fmt: skip
+        earlier.append({k: v for k, v in previous.items() if k != "earlier"})
     runs[key] = {**record, "earlier": earlier}
+
+
+def check_out(out: Path, key: str) -> str | None:
+    """Why ``--out``/``--key`` cannot take a record (before anything is measured), or None."""
+    if not out.is_file():
+        return None
+    try:
+        held = json.loads(out.read_text()).get("runs", {}).get(key)
+    except (ValueError, AttributeError) as exc:
+        return f"--out {out}: not a results file ({exc})"
+    if held is not None and not (isinstance(held, dict) and "sides" in held):
+        return f"--key {key}: {out} holds another kind of record under runs.{key}; choose another key"
+    return None
 
 
 def variant_arg(text: str) -> tuple[str, Path]:
@@ -254,14 +271,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.llm_variants", description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", type=Path, help="Triton's vLLM backend's src folder (model.py, utils/)")
     ap.add_argument("--variant", type=variant_arg, action="append", default=[], metavar="NAME=PATCH")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, help="a multiple of the sides (default: twice their number)")
     ap.add_argument("--key", default="backends", help="the record's name under runs (default: backends)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     opts = ap.parse_args(argv)
-    if opts.backend is not None and not all((opts.backend / f).exists() for f in ("model.py", "utils")):
-        ap.error(f"--backend {opts.backend}: needs model.py and utils/ (vllm_backend's src folder)")
-    if opts.rounds < 1:
-        ap.error("--rounds: at least 1")
+    backend = opts.backend
+    if backend is not None and not ((backend / "model.py").is_file() and (backend / "utils").is_dir()):
+        ap.error(f"--backend {backend}: needs model.py and utils/ (vllm_backend's src folder)")
+    names = [name for name, _ in opts.variant]
+    if len(set(names)) != len(names):
+        ap.error(f"--variant: each name once, got {', '.join(names)}")
+    sides = 2 + (backend is not None) + len(names)  # the model and vLLM's server are always there
+    opts.rounds = 2 * sides if opts.rounds is None else opts.rounds
+    if opts.rounds < 1 or opts.rounds % sides:
+        ap.error(f"--rounds {opts.rounds}: a multiple of the {sides} sides, so that each goes first as often")
+    problem = check_out(opts.out, opts.key)
+    if problem:
+        ap.error(problem)
     return opts
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +68,37 @@ def test_a_variant_is_the_model_with_its_patch_and_a_patch_that_does_not_apply_s
         (["--variant", "nameonly"], "write NAME=PATCH"),
         (["--variant", "official=x.patch"], "write NAME=PATCH"),
         (["--variant", "v=/no/such.patch"], "no such patch file"),
+        (["--variant", "v=PATCH", "--variant", "v=PATCH"], "each name once"),
         (["--backend", "/no/such/src"], "needs model.py and utils/"),
-        (["--rounds", "0"], "at least 1"),
+        (["--backend", "UTILS_FILE"], "needs model.py and utils/"),
+        (["--rounds", "0"], "a multiple of the 2 sides"),
+        (["--variant", "v=PATCH", "--rounds", "4"], "a multiple of the 3 sides"),
+        (["--out", "NOT_JSON"], "not a results file"),
+        (["--out", "OTHER_RECORD", "--key", "before"], "holds another kind of record"),
     ],
 )
-def test_bad_arguments_are_refused_with_the_reason(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+def test_bad_arguments_are_refused_before_anything_runs(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "p.patch").write_text("")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.py").write_text("")
+    (tmp_path / "src" / "utils").write_text("")  # a file where the folder belongs
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "other.json").write_text(json.dumps({"runs": {"before": {"ratio_c16": 0.97}}}))
+    names = {"PATCH": tmp_path / "p.patch", "UTILS_FILE": tmp_path / "src",
+             "NOT_JSON": tmp_path / "bad.json", "OTHER_RECORD": tmp_path / "other.json"}  # fmt: skip
+    for placeholder, path in names.items():
+        argv = [arg.replace(placeholder, str(path)) for arg in argv]
     with pytest.raises(SystemExit) as exit_:
         parse(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_rounds_default_to_twice_the_sides(tmp_path: Path) -> None:
+    (tmp_path / "p.patch").write_text("")
+    opts = parse(["--variant", f"v={tmp_path / 'p.patch'}", "--out", str(tmp_path / "new.json")])
+    assert opts.rounds == 6
 
 
 def _reading(wall: float, **cpu: float) -> dict[str, float]:
@@ -103,11 +125,13 @@ def test_each_side_is_compared_to_vllm_by_the_sums_of_its_rounds() -> None:
     assert row in backends_table(result)
 
 
-def test_a_new_run_keeps_the_ratios_of_the_runs_before_it() -> None:
+def test_a_new_run_keeps_the_runs_before_it_whole() -> None:
     runs: dict[str, Any] = {}
-    first = {"date": "d1", "cpu": "c", "load_avg": [1.0], "sides": {"smollm2": {"vs_vllm_c16": 0.96}}}
+    first = {"date": "d1", "cpu": "c", "sides": {"smollm2": {"vs_vllm_c16": 0.96, "source": {"patch": "p"}}}}
     keep(runs, "backends", first)
     keep(runs, "backends", {"date": "d2", "sides": {"smollm2": {"vs_vllm_c16": 1.06}}})
     keep(runs, "backends", {"date": "d3", "sides": {"smollm2": {"vs_vllm_c16": 1.0}}})
     assert runs["backends"]["date"] == "d3"
-    assert [e["vs_vllm_c16"]["smollm2"] for e in runs["backends"]["earlier"]] == [0.96, 1.06]
+    assert [e["date"] for e in runs["backends"]["earlier"]] == ["d1", "d2"]
+    assert runs["backends"]["earlier"][0] == first  # its source and rounds too
+    assert all("earlier" not in e for e in runs["backends"]["earlier"])
