@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from bench.figures import backends_table
 from bench.llm_variants import (
+    READS,
     VLLM,
     Measured,
     Side,
@@ -135,3 +136,10 @@ def test_a_new_run_keeps_the_runs_before_it_whole() -> None:
     assert [e["date"] for e in runs["backends"]["earlier"]] == ["d1", "d2"]
     assert runs["backends"]["earlier"][0] == first  # its source and rounds too
     assert all("earlier" not in e for e in runs["backends"]["earlier"])
+
+
+def test_reads_adds_a_copy_of_the_model_measured_with_its_metrics_read(tmp_path: Path) -> None:
+    sides = write_repo(tmp_path / "repo", tmp_path, None, {}, reads=True)
+    assert [(s.name, s.reads_metrics) for s in sides] == [("smollm2", False), (READS, True), (VLLM, False)]
+    model = tmp_path / "repo" / READS / "1" / "model.py"
+    assert model.read_text() == (tmp_path / "repo" / "smollm2" / "1" / "model.py").read_text()
