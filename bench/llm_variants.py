@@ -9,10 +9,12 @@ round, so that a shared machine's changing load falls on all of them. A side's f
 of its rounds' output tokens/s over the sum of vLLM's.
 
     python -m bench.llm_variants [--backend DIR] [--variant NAME=PATCH ...] [--reads]
-                                 [--rounds N] [--key KEY] [--out FILE]
+                                 [--c1-first] [--rounds N] [--key KEY] [--out FILE]
 
 ``--reads``: also a copy of the model whose points are measured as ``bench.llm``'s are, with the
 server's metrics read before and after each (``clients.perf.run_llm_perf``'s ``metrics_url``).
+``--c1-first``: also a copy of the model whose rounds run ``bench.llm``'s whole load, concurrency
+1 and then 16 (its figure is the 16).
 
 ``--rounds``: a multiple of the number of sides, so that each side goes first as often (default:
 twice that number).
@@ -53,6 +55,7 @@ VLLM = "vllm_openai"
 PROJECT = llm.MODEL  # the project's model keeps the zoo's name
 OFFICIAL = "official"
 READS = "smollm2_reads"  # --reads: a copy of the model, its metrics read around each point
+C1_FIRST = "smollm2_c1_first"  # --c1-first: a copy of the model, each round concurrency 1 then 16
 # Triton's backend imports vLLM inside the 2.51 stub, whose embedded interpreter runs in the C
 # locale: torch then fails to read its UTF-8 files (the project's model sets the same locale).
 OFFICIAL_ENTRY = '''"""Triton's vLLM backend (vllm_backend_model.py), loaded in a UTF-8 locale."""
@@ -70,6 +73,7 @@ class Side:
     what: str
     source: dict[str, str] = field(default_factory=dict)  # what it was made of: a patch, file digests
     reads_metrics: bool = False  # the server's metrics are read before and after each point
+    c1_first: bool = False  # each round runs bench.llm's full load: concurrency 1, then 16
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -119,8 +123,9 @@ def write_variant(model_dir: Path, patch: Path, engine: Any) -> None:
 
 
 def write_repo(
-    repo: Path, checkpoint: Path, backend: Path | None, variants: dict[str, Path], reads: bool = False
-) -> list[Side]:
+    repo: Path, checkpoint: Path, backend: Path | None, variants: dict[str, Path],
+    reads: bool = False, c1_first: bool = False,
+) -> list[Side]:  # fmt: skip
     from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
 
     engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)
@@ -131,6 +136,10 @@ def write_repo(
         write_local_model(repo / READS, engine, ServingSettings(max_waiting=64))
         what = "the project's model, its metrics read before and after each point (as bench.llm does)"
         sides.append(Side(READS, what, reads_metrics=True))
+    if c1_first:
+        write_local_model(repo / C1_FIRST, engine, ServingSettings(max_waiting=64))
+        what = "the project's model, each round at concurrency 1 before 16 (bench.llm's load)"
+        sides.append(Side(C1_FIRST, what, c1_first=True))
     if backend is not None:
         write_official_model(repo / OFFICIAL, backend, engine)
         sides.append(Side(OFFICIAL, f"Triton's own vLLM backend ({backend})", digests(backend)))
@@ -223,7 +232,8 @@ def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> Mea
                     stub = stub_pid(server, side.name)
                     start = cpu_now(stub, server.pid)
                     reads = {"metrics_url": server.metrics_url} if side.reads_metrics else {}
-                    report = run_llm_perf(server.grpc_url, side.name, prompts, LOAD, out_dir=folder, **reads)
+                    load = llm.LOAD if side.c1_first else LOAD
+                    report = run_llm_perf(server.grpc_url, side.name, prompts, load, out_dir=folder, **reads)
                     used = cores_used(start, cpu_now(stub, server.pid))
                 done.tps[side.name].append(round(llm.point(report, 16)["output_tokens_per_s"], 1))
                 done.cores[side.name].append(used)
@@ -272,7 +282,7 @@ def check_out(out: Path, key: str) -> str | None:
 
 def variant_arg(text: str) -> tuple[str, Path]:
     name, sep, patch = text.partition("=")
-    if not sep or not name.isidentifier() or name in (PROJECT, OFFICIAL, READS, VLLM):
+    if not sep or not name.isidentifier() or name in (PROJECT, OFFICIAL, READS, C1_FIRST, VLLM):
         raise argparse.ArgumentTypeError(f"--variant {text}: write NAME=PATCH, NAME a new identifier")
     if not Path(patch).is_file():
         raise argparse.ArgumentTypeError(f"--variant {text}: no such patch file")
@@ -284,6 +294,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backend", type=Path, help="Triton's vLLM backend's src folder (model.py, utils/)")
     ap.add_argument("--variant", type=variant_arg, action="append", default=[], metavar="NAME=PATCH")
     ap.add_argument("--reads", action="store_true", help=f"also serve {READS}: the model, its metrics read")
+    ap.add_argument("--c1-first", action="store_true", help=f"also serve {C1_FIRST}: bench.llm's load")
     ap.add_argument("--rounds", type=int, help="a multiple of the sides (default: twice their number)")
     ap.add_argument("--key", default="backends", help="the record's name under runs (default: backends)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -294,7 +305,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     names = [name for name, _ in opts.variant]
     if len(set(names)) != len(names):
         ap.error(f"--variant: each name once, got {', '.join(names)}")
-    sides = 2 + (backend is not None) + opts.reads + len(names)  # the model and vLLM's server always
+    sides = 2 + (backend is not None) + opts.reads + opts.c1_first + len(names)  # 2: model, vLLM
     opts.rounds = 2 * sides if opts.rounds is None else opts.rounds
     if opts.rounds < 1 or opts.rounds % sides:
         ap.error(f"--rounds {opts.rounds}: a multiple of the {sides} sides, so that each goes first as often")
@@ -312,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     checkpoint = llm.checkpoint()
     WORK.mkdir(parents=True, exist_ok=True)
-    sides = write_repo(WORK / "repo", checkpoint, opts.backend, dict(opts.variant), opts.reads)
+    variants = dict(opts.variant)
+    sides = write_repo(WORK / "repo", checkpoint, opts.backend, variants, opts.reads, opts.c1_first)
     info, start = machine(), time.monotonic()  # the date and load average when it starts
     result = summary(sides, measure(sides, WORK / "repo", checkpoint, opts.rounds))
     record = {**info, "engine": llm.ENGINE, "dtype_reason": llm.DTYPE_REASON[0], "load": vars(LOAD),

@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from bench.figures import backends_table
 from bench.llm_variants import (
+    C1_FIRST,
     READS,
     VLLM,
     Measured,
@@ -143,3 +144,9 @@ def test_reads_adds_a_copy_of_the_model_measured_with_its_metrics_read(tmp_path:
     assert [(s.name, s.reads_metrics) for s in sides] == [("smollm2", False), (READS, True), (VLLM, False)]
     model = tmp_path / "repo" / READS / "1" / "model.py"
     assert model.read_text() == (tmp_path / "repo" / "smollm2" / "1" / "model.py").read_text()
+
+
+def test_c1_first_adds_a_copy_of_the_model_measured_with_bench_llms_whole_load(tmp_path: Path) -> None:
+    sides = write_repo(tmp_path / "repo", tmp_path, None, {}, c1_first=True)
+    assert [(s.name, s.c1_first) for s in sides] == [("smollm2", False), (C1_FIRST, True), (VLLM, False)]
+    assert (tmp_path / "repo" / C1_FIRST / "1" / "model.py").is_file()
