@@ -35,7 +35,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +113,14 @@ def write_naive_model(model_dir: Path, checkpoint: Path) -> None:
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg))
 
 
+@dataclass(frozen=True)
+class VLLMServer:
+    url: str  # host:port of its HTTP endpoint
+    pid: int  # its API server process (vLLM's engine core runs under it)
+
+
 @contextlib.contextmanager
-def vllm_openai(checkpoint: Path) -> Iterator[str]:
+def vllm_openai(checkpoint: Path) -> Iterator[VLLMServer]:
     """``python -m vllm.entrypoints.openai.api_server`` with the engine settings Triton's model gets."""
     from builder.server import find_free_port
 
@@ -139,7 +145,7 @@ def vllm_openai(checkpoint: Path) -> Iterator[str]:
             time.sleep(2)
         else:
             raise RuntimeError("vLLM's server did not become healthy")
-        yield f"127.0.0.1:{port}"
+        yield VLLMServer(f"127.0.0.1:{port}", proc.pid)
     finally:
         proc.terminate()
         try:
@@ -203,7 +209,7 @@ def engine_sides(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
     with the most output tokens/s, and every round's tokens/s at 16 and TTFT p50 at 1 (row 2's
     ratios come from their sums)."""
     start = time.monotonic()
-    with triton(checkpoint) as server, vllm_openai(checkpoint) as url:
+    with triton(checkpoint) as server, vllm_openai(checkpoint) as vllm:
         started = round(time.monotonic() - start, 1)
         runs: dict[str, list[LLMReport]] = {"triton": [], "vllm_openai": []}
         for r in range(ROUNDS):
@@ -213,7 +219,8 @@ def engine_sides(checkpoint: Path, prompts: list[Any]) -> dict[str, Any]:
                     report = run_llm_perf(server.grpc_url, MODEL, prompts, LOAD, out_dir=folder,
                                           metrics_url=server.metrics_url)  # fmt: skip
                 else:
-                    report = run_llm_perf(url, MODEL, prompts, LOAD, out_dir=folder, service_kind="openai")
+                    report = run_llm_perf(vllm.url, MODEL, prompts, LOAD, out_dir=folder,
+                                          service_kind="openai")  # fmt: skip
                 runs[name].append(report)
     out: dict[str, Any] = {}
     for name, reports in runs.items():

@@ -110,12 +110,17 @@ def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg), encoding="utf-8")
 
 
-def write_variant(model_dir: Path, patch: Path, engine: Any) -> None:
-    """The project's model with ``patch`` (a unified diff of its model.py) applied."""
+def write_model(model_dir: Path, engine: Any) -> Path:
+    """The project's model as bench.llm serves it (64 may wait); returns its version folder."""
     from builder.llm.serving import ServingSettings, write_local_model
 
     shutil.rmtree(model_dir, ignore_errors=True)
-    version = write_local_model(model_dir, engine, ServingSettings(max_waiting=64))
+    return write_local_model(model_dir, engine, ServingSettings(max_waiting=64))
+
+
+def write_variant(model_dir: Path, patch: Path, engine: Any) -> None:
+    """The project's model with ``patch`` (a unified diff of its model.py) applied."""
+    version = write_model(model_dir, engine)
     done = subprocess.run(["patch", "--quiet", str(version / "model.py"), str(patch)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
@@ -126,18 +131,18 @@ def write_repo(
     repo: Path, checkpoint: Path, backend: Path | None, variants: dict[str, Path],
     reads: bool = False, c1_first: bool = False,
 ) -> list[Side]:  # fmt: skip
-    from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+    from builder.llm.serving import EngineArgs
 
     engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)
     shutil.rmtree(repo, ignore_errors=True)
-    write_local_model(repo / PROJECT, engine, ServingSettings(max_waiting=64))
+    write_model(repo / PROJECT, engine)
     sides = [Side(PROJECT, "the project's vllm_engine model as it is")]
     if reads:
-        write_local_model(repo / READS, engine, ServingSettings(max_waiting=64))
+        write_model(repo / READS, engine)
         what = "the project's model, its metrics read before and after each point (as bench.llm does)"
         sides.append(Side(READS, what, reads_metrics=True))
     if c1_first:
-        write_local_model(repo / C1_FIRST, engine, ServingSettings(max_waiting=64))
+        write_model(repo / C1_FIRST, engine)
         what = "the project's model, each round at concurrency 1 before 16 (bench.llm's load)"
         sides.append(Side(C1_FIRST, what, c1_first=True))
     if backend is not None:
@@ -151,15 +156,15 @@ def write_repo(
 
 
 @contextlib.contextmanager
-def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, tuple[str, int]]]:
-    """tritonserver on ``repo`` and vLLM's own server (its URL and process id)."""
+def servers(repo: Path, checkpoint: Path) -> Iterator[tuple[Any, llm.VLLMServer]]:
+    """tritonserver on ``repo`` and vLLM's own server."""
     from builder.server import TritonServer
 
     server = TritonServer(repo, log_path=WORK / "server.log")
     server.start(timeout=llm.START_TIMEOUT)
     try:
-        with llm.vllm_openai(checkpoint) as url:
-            yield server, (url, vllm_pid())
+        with llm.vllm_openai(checkpoint) as vllm:
+            yield server, vllm
     finally:
         server.stop()
 
@@ -199,15 +204,6 @@ def stub_pid(server: Any, model: str) -> int:
     return found[0]
 
 
-def vllm_pid() -> int:
-    """vLLM's own server, a child of this process (``bench.llm.vllm_openai``)."""
-    for pid in children(os.getpid()):
-        with contextlib.suppress(OSError):
-            if b"vllm.entrypoints.openai.api_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    raise RuntimeError("vLLM's server is not a child of this process")
-
-
 @dataclass
 class Measured:
     tps: dict[str, list[float]]  # output tokens/s at 16 streams, one figure per round
@@ -217,17 +213,17 @@ class Measured:
 def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> Measured:
     prompts = shape(load_chats(llm.ROOT / "calibration" / llm.MODEL / "perf.json"), checkpoint, None)
     done = Measured({s.name: [] for s in sides}, {s.name: [] for s in sides})
-    with servers(repo, checkpoint) as (server, (url, vllm_pid)):
+    with servers(repo, checkpoint) as (server, vllm):
         for r in range(rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for side in order:
                 folder = WORK / side.name / f"round{r + 1}"
                 if side.name == VLLM:
-                    start = cpu_now(vllm_pid, None)
+                    start = cpu_now(vllm.pid, None)
                     report = run_llm_perf(
-                        url, llm.MODEL, prompts, LOAD, out_dir=folder, service_kind="openai"
+                        vllm.url, llm.MODEL, prompts, LOAD, out_dir=folder, service_kind="openai"
                     )
-                    used = cores_used(start, cpu_now(vllm_pid, None))
+                    used = cores_used(start, cpu_now(vllm.pid, None))
                 else:
                     stub = stub_pid(server, side.name)
                     start = cpu_now(stub, server.pid)
