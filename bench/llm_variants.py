@@ -13,8 +13,9 @@ of its rounds' output tokens/s over the sum of vLLM's.
 
 ``--reads``: also a copy of the model whose points are measured as ``bench.llm``'s are, with the
 server's metrics read before and after each (``clients.perf.run_llm_perf``'s ``metrics_url``).
-``--c1-first``: also a copy of the model whose rounds run ``bench.llm``'s whole load, concurrency
-1 and then 16 (its figure is the 16).
+``--c1-first``: also a copy of the model and a second side on vLLM's server whose rounds run
+``bench.llm``'s whole load, concurrency 1 and then 16 (their figure is the 16): row 2 of
+``bench.llm`` compares these two.
 
 ``--rounds``: a multiple of the number of sides, so that each side goes first as often (default:
 twice that number).
@@ -56,6 +57,7 @@ PROJECT = llm.MODEL  # the project's model keeps the zoo's name
 OFFICIAL = "official"
 READS = "smollm2_reads"  # --reads: a copy of the model, its metrics read around each point
 C1_FIRST = "smollm2_c1_first"  # --c1-first: a copy of the model, each round concurrency 1 then 16
+VLLM_C1_FIRST = "vllm_openai_c1_first"  # --c1-first: vLLM's server again, with the same load
 # Triton's backend imports vLLM inside the 2.51 stub, whose embedded interpreter runs in the C
 # locale: torch then fails to read its UTF-8 files (the project's model sets the same locale).
 OFFICIAL_ENTRY = '''"""Triton's vLLM backend (vllm_backend_model.py), loaded in a UTF-8 locale."""
@@ -69,7 +71,7 @@ from vllm_backend_model import TritonPythonModel  # noqa: E402,F401
 
 @dataclass(frozen=True)
 class Side:
-    name: str  # the served model's name, or VLLM
+    name: str  # the served model's name, or VLLM / VLLM_C1_FIRST
     what: str
     source: dict[str, str] = field(default_factory=dict)  # what it was made of: a patch, file digests
     reads_metrics: bool = False  # the server's metrics are read before and after each point
@@ -145,6 +147,8 @@ def write_repo(
         write_model(repo / C1_FIRST, engine)
         what = "the project's model, each round at concurrency 1 before 16 (bench.llm's load)"
         sides.append(Side(C1_FIRST, what, c1_first=True))
+        what = "vLLM's own OpenAI server, each round at concurrency 1 before 16 (bench.llm's load)"
+        sides.append(Side(VLLM_C1_FIRST, what, c1_first=True))
     if backend is not None:
         write_official_model(repo / OFFICIAL, backend, engine)
         sides.append(Side(OFFICIAL, f"Triton's own vLLM backend ({backend})", digests(backend)))
@@ -218,17 +222,17 @@ def measure(sides: list[Side], repo: Path, checkpoint: Path, rounds: int) -> Mea
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for side in order:
                 folder = WORK / side.name / f"round{r + 1}"
-                if side.name == VLLM:
+                load = llm.LOAD if side.c1_first else LOAD
+                if side.name in (VLLM, VLLM_C1_FIRST):
                     start = cpu_now(vllm.pid, None)
                     report = run_llm_perf(
-                        vllm.url, llm.MODEL, prompts, LOAD, out_dir=folder, service_kind="openai"
+                        vllm.url, llm.MODEL, prompts, load, out_dir=folder, service_kind="openai"
                     )
                     used = cores_used(start, cpu_now(vllm.pid, None))
                 else:
                     stub = stub_pid(server, side.name)
                     start = cpu_now(stub, server.pid)
                     reads = {"metrics_url": server.metrics_url} if side.reads_metrics else {}
-                    load = llm.LOAD if side.c1_first else LOAD
                     report = run_llm_perf(server.grpc_url, side.name, prompts, load, out_dir=folder, **reads)
                     used = cores_used(start, cpu_now(stub, server.pid))
                 done.tps[side.name].append(round(llm.point(report, 16)["output_tokens_per_s"], 1))
@@ -249,6 +253,8 @@ def summary(sides: list[Side], done: Measured) -> dict[str, Any]:
         out[side.name] = {"what": side.what, "source": side.source, "round_tps_c16": rounds,
                           "round_ratios": ratios, "vs_vllm_c16": round(sum(rounds) / sum(base), 3),
                           "cores_used": mean, "round_cores_used": cores}  # fmt: skip
+        if side.c1_first and side.name != VLLM_C1_FIRST:  # row 2's own comparison: the same load
+            out[side.name]["vs_vllm_c1_first_c16"] = round(sum(rounds) / sum(done.tps[VLLM_C1_FIRST]), 3)
     return out
 
 
@@ -278,7 +284,11 @@ def check_out(out: Path, key: str) -> str | None:
 
 def variant_arg(text: str) -> tuple[str, Path]:
     name, sep, patch = text.partition("=")
-    if not sep or not name.isidentifier() or name in (PROJECT, OFFICIAL, READS, C1_FIRST, VLLM):
+    if (
+        not sep
+        or not name.isidentifier()
+        or name in (PROJECT, OFFICIAL, READS, C1_FIRST, VLLM, VLLM_C1_FIRST)
+    ):
         raise argparse.ArgumentTypeError(f"--variant {text}: write NAME=PATCH, NAME a new identifier")
     if not Path(patch).is_file():
         raise argparse.ArgumentTypeError(f"--variant {text}: no such patch file")
@@ -290,7 +300,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backend", type=Path, help="Triton's vLLM backend's src folder (model.py, utils/)")
     ap.add_argument("--variant", type=variant_arg, action="append", default=[], metavar="NAME=PATCH")
     ap.add_argument("--reads", action="store_true", help=f"also serve {READS}: the model, its metrics read")
-    ap.add_argument("--c1-first", action="store_true", help=f"also serve {C1_FIRST}: bench.llm's load")
+    ap.add_argument(
+        "--c1-first", action="store_true", help=f"also {C1_FIRST}, {VLLM_C1_FIRST}: bench.llm's load"
+    )
     ap.add_argument("--rounds", type=int, help="a multiple of the sides (default: twice their number)")
     ap.add_argument("--key", default="backends", help="the record's name under runs (default: backends)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -301,7 +313,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     names = [name for name, _ in opts.variant]
     if len(set(names)) != len(names):
         ap.error(f"--variant: each name once, got {', '.join(names)}")
-    sides = 2 + (backend is not None) + opts.reads + opts.c1_first + len(names)  # 2: model, vLLM
+    sides = 2 + (backend is not None) + opts.reads + 2 * opts.c1_first + len(names)  # 2: model, vLLM
     opts.rounds = 2 * sides if opts.rounds is None else opts.rounds
     if opts.rounds < 1 or opts.rounds % sides:
         ap.error(f"--rounds {opts.rounds}: a multiple of the {sides} sides, so that each goes first as often")

@@ -15,6 +15,7 @@ from bench.llm_variants import (
     C1_FIRST,
     READS,
     VLLM,
+    VLLM_C1_FIRST,
     Measured,
     Side,
     cores_used,
@@ -75,6 +76,7 @@ def test_a_variant_is_the_model_with_its_patch_and_a_patch_that_does_not_apply_s
         (["--backend", "UTILS_FILE"], "needs model.py and utils/"),
         (["--rounds", "0"], "a multiple of the 2 sides"),
         (["--variant", "v=PATCH", "--rounds", "4"], "a multiple of the 3 sides"),
+        (["--c1-first", "--rounds", "6"], "a multiple of the 4 sides"),
         (["--out", "NOT_JSON"], "not a results file"),
         (["--out", "OTHER_RECORD", "--key", "before"], "holds another kind of record"),
     ],
@@ -148,5 +150,26 @@ def test_reads_adds_a_copy_of_the_model_measured_with_its_metrics_read(tmp_path:
 
 def test_c1_first_adds_a_copy_of_the_model_measured_with_bench_llms_whole_load(tmp_path: Path) -> None:
     sides = write_repo(tmp_path / "repo", tmp_path, None, {}, c1_first=True)
-    assert [(s.name, s.c1_first) for s in sides] == [("smollm2", False), (C1_FIRST, True), (VLLM, False)]
+    assert [(s.name, s.c1_first) for s in sides] == [
+        ("smollm2", False),
+        (C1_FIRST, True),
+        (VLLM_C1_FIRST, True),
+        (VLLM, False),
+    ]
     assert (tmp_path / "repo" / C1_FIRST / "1" / "model.py").is_file()
+    assert not (tmp_path / "repo" / VLLM_C1_FIRST).exists()  # vLLM's server, measured twice
+
+
+def test_c1_first_sides_are_also_compared_with_the_same_load_on_vllm() -> None:
+    sides = [Side("smollm2", ""), Side(C1_FIRST, "", c1_first=True),
+             Side(VLLM_C1_FIRST, "", c1_first=True), Side(VLLM, "")]  # fmt: skip
+    tps = {
+        "smollm2": [100.0, 100.0],
+        C1_FIRST: [90.0, 90.0],
+        VLLM_C1_FIRST: [90.0, 110.0],
+        VLLM: [100.0, 100.0],
+    }
+    out = summary(sides, Measured(tps, {name: [] for name in tps}))
+    assert out[C1_FIRST]["vs_vllm_c16"] == 0.9 and out[C1_FIRST]["vs_vllm_c1_first_c16"] == 0.9
+    assert out[VLLM_C1_FIRST]["vs_vllm_c16"] == 1.0 and "vs_vllm_c1_first_c16" not in out[VLLM_C1_FIRST]
+    assert "vs_vllm_c1_first_c16" not in out["smollm2"]
