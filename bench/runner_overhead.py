@@ -69,6 +69,11 @@ def _instances(count: int) -> Edit:
     return edit
 
 
+def _priority_max(cfg: ModelConfig) -> None:
+    """Triton's scheduler threads (the batcher, the instance's) at nice 0 instead of its default 5."""
+    cfg.optimization.priority = cfg.optimization.PRIORITY_MAX
+
+
 # name: (config edits, runner from the git revision given, else this tree's)
 VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "before": ([], True),  # the runner and config as they were
@@ -79,6 +84,8 @@ VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "off_no_spin": ([_no_batching, _unbounded, _param("allow_spinning", "0")], False),
     "no_spin": ([_param("allow_spinning", "0")], False),
     "spin": ([_param("allow_spinning", "1")], False),
+    "priority_max": ([_priority_max], False),
+    "off_priority_max": ([_no_batching, _unbounded, _priority_max], False),
     "threads1": ([_param("intra_op_threads", "1")], False),
     "inst2_threads1": ([_instances(2), _param("intra_op_threads", "1")], False),
 }
