@@ -110,8 +110,9 @@ def test_stream_pieces_join_to_the_whole(server: TritonServer, protocol: str) ->
 def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> None:
     """The pieces come one per decoding step, spread over the decoding rather than sent at the end.
 
-    Measured against the stream's own span (first to last piece), not against seconds, so the
-    check holds however fast the CPU decodes.
+    Measured against the stream's own span and gaps, not against seconds, so the check holds
+    however fast the CPU decodes, and through a pause of the engine (another process taking the
+    cores stops the decoding for a while, then the pieces come a step apart again).
     """
     url = server.grpc_url if protocol == "grpc" else server.http_url
     with Generator(url, MODEL, protocol, timeout=120) as gen:
@@ -122,8 +123,11 @@ def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> No
     first, last = times[0], times[-1]
     spread = f"first piece at {first:.3f} s, last at {last:.3f} s"
     assert last - first > 0.5 * last, spread  # the first piece did not wait for the decoding
-    early = sum(t < (first + last) / 2 for t in times)  # about half when pieces come as made
-    assert early > len(times) // 4, f"{early} of {len(times)} pieces in the first half; {spread}"
+    gaps = np.diff(times)
+    # Sent as made, most gaps are one decoding step, near the mean; held back and sent in bunches,
+    # most are near zero.
+    median, mean = float(np.median(gaps)), float(np.mean(gaps))
+    assert median > 0.25 * mean, f"median gap {median * 1e3:.1f} ms, mean {mean * 1e3:.1f} ms; {spread}"
 
 
 def test_generate_counts_and_length_finish(server: TritonServer) -> None:
