@@ -123,10 +123,10 @@ def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> No
     first, last = times[0], times[-1]
     spread = f"first piece at {first:.3f} s, last at {last:.3f} s"
     assert last - first > 0.5 * last, spread  # the first piece did not wait for the decoding
-    gaps = np.diff(times)
-    # Sent as made, most gaps are one decoding step, near the mean; held back and sent in bunches,
-    # most are near zero.
-    median, mean = float(np.median(gaps)), float(np.mean(gaps))
+    gaps = np.sort(np.diff(times))
+    # Sent as made, most gaps are one decoding step, near their mean; held back and sent in bunches,
+    # most are near zero. The longest tenth (a pause of the engine) is left out of the mean.
+    median, mean = float(np.median(gaps)), float(np.mean(gaps[: len(gaps) * 9 // 10]))
     assert median > 0.25 * mean, f"median gap {median * 1e3:.1f} ms, mean {mean * 1e3:.1f} ms; {spread}"
 
 
