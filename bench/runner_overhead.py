@@ -1,6 +1,7 @@
 """Where the onnx_runner model's time goes on the ~1 ms light_cnn, and which serving settings win.
 
     .venv/bin/python -m bench.runner_overhead [--rounds N] [--variants a,b,...] [--runner-from REV]
+        [--busy-cores N]
 
 Copies of light_cnn's local-target model folder, each with one setting changed (or the runner
 from another git revision), are served by one tritonserver beside the hand-written per-request
@@ -8,7 +9,8 @@ model, and measured alternately (the order reversed every round) at concurrency 
 point keeps perf_analyzer's figures, the server's split per request (queue, compute input /
 infer / output) and, from the runner's opt-in timings (TRITONFORGE_RUNNER_TIMINGS), the
 microseconds per execute spent reading inputs, concatenating, in ONNX Runtime, splitting and
-making the responses. Writes bench/results/<--out>.json (runner_overhead.json).
+making the responses. ``--busy-cores N`` keeps N cores busy with a spinning process of its own
+meanwhile (a serving machine with other work). Writes bench/results/<--out>.json (runner_overhead.json).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +77,8 @@ def _priority_max(cfg: ModelConfig) -> None:
     cfg.optimization.priority = cfg.optimization.PRIORITY_MAX
 
 
+_SPIN_STOP = [_param("allow_spinning", "1"), _param("stop_spinning", "1")]
+
 # name: (config edits, runner from the git revision given, else this tree's)
 VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "before": ([], True),  # the runner and config as they were
@@ -84,6 +89,12 @@ VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "off_no_spin": ([_no_batching, _unbounded, _param("allow_spinning", "0")], False),
     "no_spin": ([_param("allow_spinning", "0")], False),
     "spin": ([_param("allow_spinning", "1")], False),
+    # ORT's workers spin while a run goes on and stop as it returns (session.force_spinning_stop)
+    "spin_stop": ([_param("allow_spinning", "1"), _param("stop_spinning", "1")], False),
+    "off_spin_stop": (
+        [_no_batching, _unbounded, _param("allow_spinning", "1"), _param("stop_spinning", "1")],
+        False,
+    ),
     "priority_max": ([_priority_max], False),
     "off_priority_max": ([_no_batching, _unbounded, _priority_max], False),
     "threads1": ([_param("intra_op_threads", "1")], False),
@@ -139,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,16")
     parser.add_argument("--no-timings", action="store_true", help="do not time the runner's phases")
     parser.add_argument("--out", default=NAME, help="results file name under bench/results")
+    parser.add_argument("--busy-cores", type=int, default=0,
+                        help="keep this many cores busy with other work while measuring")  # fmt: skip
     parser.add_argument("--summarize", type=Path, help="print the summary of a results file and stop")
     args = parser.parse_args(argv)
     if args.summarize:
@@ -174,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     server.start(timeout=300)
     points: list[dict[str, Any]] = []
     seen: dict[Path, int] = {}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy_cores)]
     try:
         for r in range(args.rounds):
             for c in levels:
@@ -192,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                           + (f" | exec {got['execute_us']}" if got["execute_us"] else ""),
                           flush=True)  # fmt: skip
     finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
         server.stop()
     info["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = _summary(points, levels)

@@ -183,6 +183,26 @@ def test_unset_spinning_follows_this_machines_cores(runner: Any, monkeypatch: An
     assert runner._spinning({"intra_op_threads": "1"}, two) is (cores > 2)
 
 
+def _entry(options: Any, key: str) -> str | None:
+    try:
+        return str(options.get_session_config_entry(key))
+    except RuntimeError:  # not set
+        return None
+
+
+def test_session_options_follow_the_spinning_parameters(runner: Any) -> None:
+    one = {"instance_group": [{"count": 1}]}
+    sleeping = runner.session_options({"allow_spinning": "0", "stop_spinning": "1"}, one)
+    assert _entry(sleeping, "session.intra_op.allow_spinning") == "0"
+    assert _entry(sleeping, "session.force_spinning_stop") is None
+    spinning = runner.session_options({"allow_spinning": "1", "intra_op_threads": "2"}, one)
+    assert _entry(spinning, "session.intra_op.allow_spinning") is None
+    assert _entry(spinning, "session.force_spinning_stop") is None
+    assert spinning.intra_op_num_threads == 2
+    during_runs = runner.session_options({"allow_spinning": "1", "stop_spinning": "true"}, one)
+    assert _entry(during_runs, "session.force_spinning_stop") == "1"
+
+
 def test_a_spare_core_is_one_the_sessions_threads_leave(runner: Any) -> None:
     assert runner.spare_core(1, 1, 2) and runner.spare_core(2, 1, 3)
     assert not runner.spare_core(1, 2, 2) and not runner.spare_core(2, 1, 2)

@@ -66,6 +66,22 @@ def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
     return max(1, (os.cpu_count() or 1) // _instances(config))
 
 
+def session_options(params: dict[str, str], config: dict[str, Any]) -> ort.SessionOptions:
+    """ONNX Runtime's options for the config: all graph optimisations, one run at a time, the
+    intra-op threads and whether their idle workers spin (``stop_spinning``: only while a run is
+    going on, ``session.force_spinning_stop``; bench/runner_overhead.py measures it)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = _threads(params, config)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if not _spinning(params, config):
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    elif params.get("stop_spinning", "").lower() in ("1", "true"):
+        options.add_session_config_entry("session.force_spinning_stop", "1")
+    return options
+
+
 def _spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
     """Whether ORT's idle intra-op workers spin waiting for work: as the config's ``allow_spinning``
     parameter says, else only where the instances' threads leave a core of this machine free
@@ -94,14 +110,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = _threads(params, config)
-        options.inter_op_num_threads = 1
-        if not _spinning(params, config):
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         path = folder / params.get("onnx_file", "model.onnx")
+        options = session_options(params, config)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._run = self.session.run
         self.batched = int(config.get("max_batch_size", 0)) > 0
