@@ -15,7 +15,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -24,6 +23,7 @@ from builder.server import TritonServer
 from clients.errors import TritonClientError
 from clients.generator import Generator
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
+from tests.integration.fixtures.processes import engine_core
 
 pytestmark = pytest.mark.integration
 
@@ -43,37 +43,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         yield server
     finally:
         server.stop()
-
-
-def children(pid: int) -> list[int]:
-    """Every process descended from ``pid`` (read from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        kids = [p for p, parent in parents.items() if parent in frontier]
-        found += kids
-        frontier = kids
-    return found
-
-
-def engine_core(server_pid: int) -> int:
-    """The vLLM engine core process: the stub's child that vLLM spawned (named EngineCore when
-    setproctitle is installed, else multiprocessing's spawn_main)."""
-    for pid in children(server_pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "EngineCore" in cmdline or "spawn_main" in cmdline:
-            return pid
-    raise AssertionError(f"no vLLM engine core process under tritonserver {server_pid}")
 
 
 def model_ready(server: TritonServer) -> bool:

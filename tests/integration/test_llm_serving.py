@@ -33,6 +33,7 @@ from tests.integration.fixtures.llm_repo import (
     SHARED_MAX_NUM_SEQS,
     SHARED_MAX_WAITING,
 )
+from tests.integration.fixtures.processes import children, engine_core, nice, stub
 
 pytestmark = pytest.mark.integration
 
@@ -128,6 +129,16 @@ def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> No
     # most are near zero. The longest tenth (a pause of the engine) is left out of the mean.
     median, mean = float(np.median(gaps)), float(np.mean(gaps[: len(gaps) * 9 // 10]))
     assert median > 0.25 * mean, f"median gap {median * 1e3:.1f} ms, mean {mean * 1e3:.1f} ms; {spread}"
+
+
+def test_the_stubs_threads_yield_to_the_engine(server: TritonServer) -> None:
+    """Every thread of the model's stub runs nicer than vLLM's engine processes, which keep the
+    nice value they started with (that of the stub before it yielded)."""
+    pid = stub(server.pid or 0, MODEL)
+    threads = {int(t.name): nice(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
+    assert len(threads) > 3 and set(threads.values()) == {5}, threads
+    engines = [engine_core(server.pid or 0), *children(engine_core(server.pid or 0))]
+    assert {nice(p) for p in engines} == {nice(server.pid or 0)}, engines
 
 
 def test_generate_counts_and_length_finish(server: TritonServer) -> None:
