@@ -90,11 +90,8 @@ VARIANTS: dict[str, tuple[list[Edit], bool]] = {
     "no_spin": ([_param("allow_spinning", "0")], False),
     "spin": ([_param("allow_spinning", "1")], False),
     # ORT's workers spin while a run goes on and stop as it returns (session.force_spinning_stop)
-    "spin_stop": ([_param("allow_spinning", "1"), _param("stop_spinning", "1")], False),
-    "off_spin_stop": (
-        [_no_batching, _unbounded, _param("allow_spinning", "1"), _param("stop_spinning", "1")],
-        False,
-    ),
+    "spin_stop": (_SPIN_STOP, False),
+    "off_spin_stop": ([_no_batching, _unbounded, *_SPIN_STOP], False),
     "priority_max": ([_priority_max], False),
     "off_priority_max": ([_no_batching, _unbounded, _priority_max], False),
     "threads1": ([_param("intra_op_threads", "1")], False),
@@ -187,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     server.start(timeout=300)
     points: list[dict[str, Any]] = []
     seen: dict[Path, int] = {}
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy_cores)]
+    busy: list[subprocess.Popen[bytes]] = []
     try:
+        busy += [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy_cores)]
         for r in range(args.rounds):
             for c in levels:
                 order = served if (r + levels.index(c)) % 2 == 0 else served[::-1]

@@ -98,10 +98,11 @@ SAMPLING_FIELDS = frozenset(
 DEFAULT_MAX_TOKENS = 16  # vLLM's own default
 WATCH_PERIOD = 0.05  # seconds between cancellation checks (on the sending thread)
 # The stub's threads (tokenizing, vLLM's output handling, sending) run this much nicer than the
-# engines' processes. On a CPU host they share the cores with the engine core, whose OMP worker
-# stalls a whole decoding step when another thread takes its core: at nice 0 the served model's
-# rounds at 16 streams dropped to half the tokens/s now and then, the engine using as much CPU
-# (bench/results/llm_per_token.json, runs.nice5).
+# engines' processes (than the stub was when it started them). On a CPU host they share the cores
+# with the engine core, whose OMP worker stalls a whole decoding step when another thread takes
+# its core: at the same nice value the served model's rounds at 16 streams dropped to half the
+# tokens/s now and then, the engine using as much CPU (bench/results/llm_per_token.json,
+# runs.nice5).
 FRONTEND_NICE = 5
 HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"  # the config parameter of Triton's vLLM backend
 UNHEALTHY = "Model is unavailable due to unhealthy vLLM engine"  # that backend's words
@@ -420,13 +421,28 @@ def refusal(exc: BaseException) -> str | None:
 
 
 def yield_to_engines() -> None:
-    """Every thread of this process (not the engines' processes, started before) at FRONTEND_NICE:
-    Linux keeps a nice value per thread, and threads started later inherit their starter's."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), FRONTEND_NICE)
-        except OSError:  # the thread ended meanwhile
-            continue
+    """Every thread of this process (not the engines' processes, started before) FRONTEND_NICE
+    nicer than now. Linux keeps a nice value per thread, and a thread started later inherits its
+    starter's: passes repeat until one finds every thread done. A host that refuses (no /proc,
+    a policy) keeps the threads as they are and says so."""
+    target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + FRONTEND_NICE)
+    try:
+        for _ in range(5):
+            if not any(_renice(int(tid), target) for tid in os.listdir("/proc/self/task")):
+                return
+    except OSError as exc:
+        pb_utils.Logger.log_warn(f"vllm_engine: the stub's threads keep their priority ({exc})")
+
+
+def _renice(tid: int, target: int) -> bool:
+    """Set the thread's nice value to ``target``; whether it had another."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) == target:
+            return False
+        os.setpriority(os.PRIO_PROCESS, tid, target)
+    except ProcessLookupError:  # the thread ended meanwhile
+        return False
+    return True
 
 
 def engine_args(version_dir: Path) -> dict[str, Any]:
