@@ -428,7 +428,8 @@ def yield_to_engines() -> None:
     target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + FRONTEND_NICE)
     try:
         for _ in range(5):
-            if not any(_renice(int(tid), target) for tid in os.listdir("/proc/self/task")):
+            changed = [_renice(int(tid), target) for tid in os.listdir("/proc/self/task")]
+            if not any(changed):
                 return
     except OSError as exc:
         pb_utils.Logger.log_warn(f"vllm_engine: the stub's threads keep their priority ({exc})")
