@@ -10,6 +10,8 @@ SPEC ?= models.yaml
 REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist); tests/conftest.py keeps the ones that run a vLLM engine in one.
+TEST_PROCESSES ?= 2
 OPENAI_PORT ?= 9000
 
 .PHONY: install engines serve test lint typecheck tools bench docker deploy-manifests clean
@@ -58,7 +60,7 @@ tools: $(STAMP)
 
 test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
-	$(BIN)/pytest --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 # Benchmarks against the real tritonserver; write bench/results/ and summary.md (the last run and
 # its duration: docs/bench.md), then rewrite the figure blocks of README.md and docs/ from them.

@@ -3,17 +3,21 @@
 A stage's output lives in ``<cache>/<model>/<stage>/<key>/`` where ``key`` hashes
 everything the stage reads. The folder is written under a temporary name and
 renamed when the stage finishes, so a killed build never leaves a half-written
-artifact that a later build would trust.
+artifact that a later build would trust. Builds sharing a cache make each stage once: a build
+that finds another one making the same stage waits for it (``<model>/<stage>.lock``, an
+advisory lock the system drops when its holder dies) and takes its output.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +76,25 @@ class StageCache:
         self, model: str, stage: str, key: str, fn: Callable[[Path], dict[str, object] | None]
     ) -> StageResult:
         out = self.root / model / stage / key
+        with self._claimed(model, stage):
+            return self._run(model, stage, key, out, fn)
+
+    @contextlib.contextmanager
+    def _claimed(self, model: str, stage: str) -> Iterator[None]:
+        """Hold the stage's lock; wait, saying so, while another build holds it."""
+        lock = self.root / model / f"{stage}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.log(f"[{model}] {stage}: another build is making it, waiting ...")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            yield  # closing the file releases the lock
+
+    def _run(
+        self, model: str, stage: str, key: str, out: Path, fn: Callable[[Path], dict[str, object] | None]
+    ) -> StageResult:
         done = out / DONE
         if done.is_file():
             record = json.loads(done.read_text())

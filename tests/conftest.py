@@ -145,6 +145,35 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             del sys.modules[name]
 
 
+# ---------------------------------------------------------------- two processes (`make test`)
+
+# `make test` runs the tests in two processes (pytest-xdist, --dist loadgroup). A vLLM engine and
+# the zoo's server (which has one) take several GiB each: the tests that start one go to a single
+# process, in order, as in a one-process run, so no two engines from different modules are up at
+# once. Every other module runs whole in one process, so its module fixtures start once.
+ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
+# Modules that start an engine without those fixtures (their own LLM repository, or a server on
+# a repository built from models.yaml, which has the zoo's LLM).
+ENGINE_MODULES = frozenset({
+    "test_llm_health.py", "test_llm_lanes.py", "test_llm_lora.py", "test_estimate.py", "test_targets.py",
+})  # fmt: skip
+ENGINE_GROUP = "engines"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    for path, members in modules.items():
+        engines = path.name in ENGINE_MODULES or any(ENGINE_FIXTURES & set(i.fixturenames) for i in members)
+        group = ENGINE_GROUP if engines else str(path.relative_to(ROOT))
+        for item in members:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 # ---------------------------------------------------------------- a run leaves the tree as it found it
 
 
@@ -162,7 +191,8 @@ _STATUS_AT_START: list[set[str] | None] = []
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _STATUS_AT_START.append(_tree_status())
+    if not hasattr(session.config, "workerinput"):  # the run's own process checks, not each worker
+        _STATUS_AT_START.append(_tree_status())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -59,3 +59,29 @@ def test_prune_keeps_the_newest_outputs_of_a_stage(tmp_path: Path) -> None:
         os.utime(result.out, (time.time() - 100 + i, time.time() - 100 + i))
     kept = sorted(p.name for p in (tmp_path / "m" / "s").iterdir())
     assert kept == ["k2", "k3", "k4"]  # the one just written and the two newest before it
+
+
+def test_a_stage_another_build_is_making_is_waited_for_and_made_once(tmp_path: Path) -> None:
+    import threading
+
+    making, waiting = threading.Event(), threading.Event()
+    calls: list[Path] = []
+
+    def stage(out: Path) -> dict:
+        calls.append(out)
+        making.set()
+        assert waiting.wait(60), "the second build never waited"
+        (out / "a.txt").write_text("made once")
+        return {}
+
+    def log(line: str) -> None:
+        if "another build is making it" in line:
+            waiting.set()
+
+    builder = threading.Thread(target=lambda: StageCache(tmp_path, log).run("m", "s", "k", stage))
+    builder.start()
+    assert making.wait(60)
+    second = StageCache(tmp_path, log).run("m", "s", "k", stage)  # blocks until the first is done
+    builder.join(60)
+    assert len(calls) == 1 and second.skipped
+    assert (second.out / "a.txt").read_text() == "made once"
