@@ -60,7 +60,7 @@ tools: $(STAMP)
 
 test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadscope --durations=30 $(PYTEST_ARGS)
 
 # Benchmarks against the real tritonserver; write bench/results/ and summary.md (the last run and
 # its duration: docs/bench.md), then rewrite the figure blocks of README.md and docs/ from them.

@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,31 +148,56 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 # ---------------------------------------------------------------- two processes (`make test`)
 
-# `make test` runs the tests in two processes (pytest-xdist, --dist loadgroup). A vLLM engine and
-# the zoo's server (which has one) take several GiB each: the tests that start one go to a single
-# process, in order, as in a one-process run, so no two engines from different modules are up at
-# once. Every other module runs whole in one process, so its module fixtures start once.
-ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
-# Modules that start an engine without those fixtures (their own LLM repository, or a server on
+# `make test` runs the tests in two processes (pytest-xdist, --dist loadscope). A vLLM engine and
+# the zoo's server (which has one) take several GiB each: the modules that start one run as one
+# scope, in a single process and in order, as in a one-process run, so no two engines from
+# different modules are up at once. Every other module is a scope of its own (its module fixtures
+# start once). The list is checked at collection: a module whose tests use ENGINE_FIXTURES must be
+# in it; the others in it start an engine on their own (their own LLM repository, or a server on
 # a repository built from models.yaml, which has the zoo's LLM).
-ENGINE_MODULES = frozenset({
-    "test_llm_health.py", "test_llm_lanes.py", "test_llm_lora.py", "test_estimate.py", "test_targets.py",
-})  # fmt: skip
-ENGINE_GROUP = "engines"
+ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
+ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
+    "builder/llm/test_export", "builder/llm/test_gguf_check", "builder/llm/test_verify",
+    "clients/perf/test_perf_llm", "clients/perf/test_perf_zoo", "clients/test_aio", "clients/test_client",
+    "clients/test_distribution", "clients/test_server_stopped", "clients/test_tasks",
+    "clients/test_triton_examples", "integration/test_bad_requests", "integration/test_estimate",
+    "integration/test_estimate_llm", "integration/test_gpu_check_serving", "integration/test_image_client",
+    "integration/test_llm_health", "integration/test_llm_lanes", "integration/test_llm_lora",
+    "integration/test_llm_serving", "integration/test_minilm_serving", "integration/test_openai_endpoint",
+    "integration/test_overload", "integration/test_queue_bound", "integration/test_targets",
+    "integration/test_zoo_serving",
+))  # fmt: skip
+ENGINE_SCOPE = "engines"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):
-        return
-    modules: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.path, []).append(item)
-    for path, members in modules.items():
-        engines = path.name in ENGINE_MODULES or any(ENGINE_FIXTURES & set(i.fixturenames) for i in members)
-        group = ENGINE_GROUP if engines else str(path.relative_to(ROOT))
-        for item in members:
-            item.add_marker(pytest.mark.xdist_group(group))
+    unlisted = sorted({
+        module for item in items
+        if ENGINE_FIXTURES & set(item.fixturenames) and (module := _module(item.nodeid)) not in ENGINE_MODULES
+    })  # fmt: skip
+    if unlisted:
+        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(unlisted)} to ENGINE_MODULES (they start "
+                                f"an engine through {', '.join(sorted(ENGINE_FIXTURES))})")  # fmt: skip
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EnginesTogether(LoadScopeScheduling):  # type: ignore[misc]
+        """--dist loadscope, with every module of ENGINE_MODULES in one scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return ENGINE_SCOPE if module in ENGINE_MODULES else module
+
+    return EnginesTogether(config, log)
 
 
 # ---------------------------------------------------------------- a run leaves the tree as it found it
