@@ -152,10 +152,11 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 # the zoo's server (which has one) take several GiB each: the modules that start one run as one
 # scope, in a single process and in order, as in a one-process run, so no two engines from
 # different modules are up at once. Every other module is a scope of its own (its module fixtures
-# start once). The list is checked at collection: a module whose tests use ENGINE_FIXTURES must be
-# in it; the others in it start an engine on their own (their own LLM repository, or a server on
-# a repository built from models.yaml, which has the zoo's LLM).
+# start once). The list is checked at collection: a module whose tests use ENGINE_FIXTURES, or that
+# takes from LLM_REPO's helpers, must be in it; the others in it start a server on a repository
+# built from models.yaml, which has the zoo's LLM.
 ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
+LLM_REPO = "tests.integration.fixtures.llm_repo"
 ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
     "builder/llm/test_export", "builder/llm/test_gguf_check", "builder/llm/test_verify",
     "clients/perf/test_perf_llm", "clients/perf/test_perf_zoo", "clients/test_aio", "clients/test_client",
@@ -171,13 +172,21 @@ ENGINE_SCOPE = "engines"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unlisted = sorted({
-        module for item in items
-        if ENGINE_FIXTURES & set(item.fixturenames) and (module := _module(item.nodeid)) not in ENGINE_MODULES
-    })  # fmt: skip
-    if unlisted:
-        raise pytest.UsageError(f"tests/conftest.py: add {', '.join(unlisted)} to ENGINE_MODULES (they start "
-                                f"an engine through {', '.join(sorted(ENGINE_FIXTURES))})")  # fmt: skip
+    engines = {_module(item.nodeid) for item in items if _starts_engine(item)}
+    if unlisted := sorted(engines - ENGINE_MODULES):
+        through = ", ".join([*sorted(ENGINE_FIXTURES), LLM_REPO])
+        raise pytest.UsageError(
+            f"tests/conftest.py: add {', '.join(unlisted)} to ENGINE_MODULES (engines through {through})"
+        )
+
+
+def _starts_engine(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture that starts an engine, or its module takes from the helpers
+    that write and serve an LLM repository."""
+    if ENGINE_FIXTURES & set(item.fixturenames):
+        return True
+    names = vars(getattr(item, "module", None) or object()).values()
+    return any(getattr(value, "__module__", None) == LLM_REPO for value in names)
 
 
 def _module(nodeid: str) -> str:
