@@ -12,6 +12,7 @@ Every load is bounded: a fixed number of requests, each with its own deadline.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -216,21 +217,27 @@ def _reason(message: str) -> str:
 
 
 def record(section: str, data: dict[str, Any], path: Path = RESULTS) -> None:
-    """Merge one section into the results file (written whole, then renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):
-        results = {}
+    """Merge one section into the results file (written whole, then renamed), one process at a
+    time: the tests record from two."""
     from bench.common import machine  # deferred: it imports the build pipeline
 
     here = machine()
     recorded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results[section] = {**data, "recorded": recorded, "machine": here}
-    results["machine"] = here
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)  # locked itself: no lock file beside the results
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            results = json.loads(path.read_text())
+        except (OSError, ValueError):
+            results = {}
+        results[section] = {**data, "recorded": recorded, "machine": here}
+        results["machine"] = here
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)
+    finally:
+        os.close(folder)  # and with it the lock
 
 
 def overload(url: str, health_url: str) -> LoadReport:

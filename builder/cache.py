@@ -81,9 +81,11 @@ class StageCache:
 
     @contextlib.contextmanager
     def _claimed(self, model: str, stage: str) -> Iterator[None]:
-        """Hold the stage's lock; wait, saying so, while another build holds it."""
-        lock = self.root / model / f"{stage}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
+        """Hold the stage's lock; wait, saying so, while another build holds it. The lock sits beside
+        the stage's real folder: a cache whose stage folders link to another cache's shares its locks."""
+        folder = self.root / model / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = folder.resolve().parent / f"{stage}.lock"
         with lock.open("a") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -49,11 +49,10 @@ def test_a_variant_that_cannot_be_made_is_dropped_and_the_rest_published(tmp_pat
     (dropped,) = [line for line in lines if line.startswith("[scalar] variant int8_dynamic not published: ")]
     assert "int8_dynamic stage failed: BuildError" in dropped
     assert str(tmp_path) not in dropped and ".tmp-" not in dropped
-    assert sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir()) == [
-        "conv",
-        "conv_int8",
-        "scalar",
-    ]
+    # `conv` serves the variant measured fastest, which the machine's load decides; the other keeps
+    # a folder of its own.
+    folders = sorted(p.name for p in (tmp_path / "repo").iterdir() if p.is_dir())
+    assert folders in (["conv", "conv_fp32", "scalar"], ["conv", "conv_int8", "scalar"]), folders
 
 
 def test_failure_lines_cut_cache_paths_to_file_names_and_keep_tensor_names() -> None:

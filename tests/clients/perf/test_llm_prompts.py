@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.cache import DONE
 from clients.perf.llm_prompts import shape
 from tests.conftest import test_cache_dir
 
@@ -33,7 +34,8 @@ def bos_adding_tokenizer(folder: Path) -> Path:
 
 def zoo_tokenizer() -> Path | None:
     found = sorted(test_cache_dir().glob("smollm2/llm-export/*/checkpoint/tokenizer_config.json"))
-    return found[0].parent if found else None
+    done = [f for f in found if (f.parents[1] / DONE).is_file()]  # not another build's export in progress
+    return done[0].parent if done else None
 
 
 @pytest.mark.parametrize("source", ["made here", "zoo"])
