@@ -24,6 +24,7 @@ import yaml
 from builder.estimate.rss import children
 from builder.pipeline import build
 from builder.records import BuildOptions
+from builder.stages.inputs import cpu_flags as builder_cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(
@@ -55,13 +56,9 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_b
 
 
 def cpu_flags() -> list[str]:
-    """The CPU features INT8 and BF16 speed depends on, as /proc/cpuinfo lists them."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                present = set(line.split(":", 1)[1].split())
-                return [f for f in CPU_FLAGS if f in present]
-    return []
+    """The CPU features INT8 and BF16 speed depends on, read as the builder reads them."""
+    present = builder_cpu_flags()
+    return [f for f in CPU_FLAGS if f in present]
 
 
 def machine() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, save
+from builder.estimate.rss import tree_rss
 from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
 from builder.server import TritonServer
 from clients.generator import AsyncGenerator
@@ -62,24 +63,7 @@ async def concurrent(url: str, streams: int, rounds: int) -> dict[str, Any]:
 
 def tree_rss_mib(pid: int) -> float:
     """Resident memory of ``pid`` and all its descendants (server, stub, engine core, worker)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        todo += children.get(current, [])
-        try:
-            status = (Path("/proc") / str(current) / "status").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0)
-    return round(total / 1024, 1)
+    return round(sum(tree_rss(pid)) / 2**20, 1)
 
 
 def measure(checkpoint: str, dtype: str, bind: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ Every load is bounded: a fixed number of requests, each with its own deadline.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import threading
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from builder.cache import exclusive
 from clients import NO_RETRY, Client, RequestRejected, TritonClientError
 from clients.errors import translate
 
@@ -224,9 +224,7 @@ def record(section: str, data: dict[str, Any], path: Path = RESULTS) -> None:
     here = machine()
     recorded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     path.parent.mkdir(parents=True, exist_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY)  # locked itself: no lock file beside the results
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
+    with exclusive(path.parent):  # the folder itself: no lock file beside the results
         try:
             results = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -236,8 +234,6 @@ def record(section: str, data: dict[str, Any], path: Path = RESULTS) -> None:
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         tmp.replace(path)
-    finally:
-        os.close(folder)  # and with it the lock
 
 
 def overload(url: str, health_url: str) -> LoadReport:

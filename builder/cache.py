@@ -65,6 +65,23 @@ class StageResult:
     info: dict[str, object]
 
 
+@contextlib.contextmanager
+def exclusive(path: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an advisory lock on ``path``, a folder or a lock file (made if missing), that the system
+    drops when its holder dies; ``waiting`` is called first when another process holds it."""
+    fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
+
+
 class StageCache:
     """Runs a stage unless an output for the same key is already complete."""
 
@@ -86,13 +103,8 @@ class StageCache:
         folder = self.root / model / stage
         folder.mkdir(parents=True, exist_ok=True)
         lock = folder.resolve().parent / f"{stage}.lock"
-        with lock.open("a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.log(f"[{model}] {stage}: another build is making it, waiting ...")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            yield  # closing the file releases the lock
+        with exclusive(lock, lambda: self.log(f"[{model}] {stage}: another build is making it, waiting ...")):
+            yield
 
     def _run(
         self, model: str, stage: str, key: str, out: Path, fn: Callable[[Path], dict[str, object] | None]

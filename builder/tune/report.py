@@ -4,13 +4,13 @@ check against the spec's default, and a plot of throughput against p99 latency."
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from builder.tune.candidates import Candidate, runner_spins
 from builder.tune.search import SearchResult, Trial
+from clients.perf.report import json_safe
 
 
 def _best(t: Trial, budget: float) -> str:
@@ -123,7 +123,7 @@ def to_json(result: SearchResult) -> dict[str, Any]:
             "best": asdict(b) if b else None,
         }  # fmt: skip
 
-    out: dict[str, Any] = _finite({
+    out: dict[str, Any] = json_safe({
         "budget_ms": result.budget_ms, "stopped": result.stopped,
         "default": trial(result.default), "chosen": trial(result.chosen),
         "trials": [trial(t) for t in result.trials],
@@ -142,21 +142,10 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     files = {"md": out / "report.md", "json": out / "tune.json", "png": out / "throughput_vs_p99.png"}
     files["md"].write_text(markdown(result, model, confirm, diff, meta))
-    files["json"].write_text(
-        json.dumps({"model": model, **meta, **to_json(result), "confirm": _finite(confirm)}, indent=1) + "\n"
-    )
+    record = {"model": model, **meta, **to_json(result), "confirm": json_safe(confirm)}
+    files["json"].write_text(json.dumps(record, indent=1) + "\n")
     plot(result, model, files["png"])
     if diff:
         files["diff"] = out / "models.yaml.diff"
         files["diff"].write_text(diff)
     return {k: str(v) for k, v in files.items()}
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj

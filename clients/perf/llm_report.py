@@ -13,7 +13,7 @@ from clients.perf.baseline import Margins
 from clients.perf.errors import PerfError
 from clients.perf.llm_metrics import ServerStats
 from clients.perf.llm_stats import StreamStats
-from clients.perf.report import _cell, _finite
+from clients.perf.report import _cell, json_safe
 
 
 @dataclass
@@ -116,7 +116,7 @@ def write_all(report: LLMReport, out_dir: Path, stem: str | None = None) -> dict
         writer.writerows(rows)
     Path(files["md"]).write_text(markdown(report))
     plot(report, Path(files["png"]))
-    Path(files["json"]).write_text(json.dumps(_finite(report.to_dict()), indent=2) + "\n")
+    Path(files["json"]).write_text(json.dumps(json_safe(report.to_dict()), indent=2) + "\n")
     return files
 
 

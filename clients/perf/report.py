@@ -103,7 +103,7 @@ def write_csv(report: PerfReport, path: Path) -> None:
 
 
 def write_json(report: PerfReport, path: Path) -> None:
-    path.write_text(json.dumps(_finite(report.to_dict()), indent=2) + "\n")
+    path.write_text(json.dumps(json_safe(report.to_dict()), indent=2) + "\n")
 
 
 def markdown(report: PerfReport) -> str:
@@ -195,12 +195,12 @@ def _cell(fmt: str, value: float) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
-def _finite(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON has no NaN: write null instead."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_finite(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.cache import StageCache, key_of, tree_hash
+from builder.cache import StageCache, exclusive, key_of, tree_hash
 
 
 def test_second_run_with_same_key_is_skipped(tmp_path: Path) -> None:
@@ -85,3 +85,30 @@ def test_a_stage_another_build_is_making_is_waited_for_and_made_once(tmp_path: P
     builder.join(60)
     assert len(calls) == 1 and second.skipped
     assert (second.out / "a.txt").read_text() == "made once"
+
+
+def test_exclusive_locks_a_folder_in_place_and_a_file_it_makes(tmp_path: Path) -> None:
+    folder, file = tmp_path / "results", tmp_path / "s.lock"
+    folder.mkdir()
+    for path in (folder, file):
+        _second_holder_waits(path)
+    assert file.is_file() and list(folder.iterdir()) == []
+
+
+def _second_holder_waits(path: Path) -> None:
+    """A second holder says it waits, and enters only once the first has let go."""
+    import threading
+
+    waited, entered = threading.Event(), threading.Event()
+
+    def second() -> None:
+        with exclusive(path, waited.set):
+            entered.set()
+
+    with exclusive(path):
+        other = threading.Thread(target=second)
+        other.start()
+        assert waited.wait(60), f"{path.name}: the second holder did not wait"
+        assert not entered.is_set(), f"{path.name}: both held the lock at once"
+    other.join(60)
+    assert entered.is_set()
