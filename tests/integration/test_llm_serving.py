@@ -68,12 +68,21 @@ def _metric(server: TritonServer, name: str) -> float:
     return values[0]
 
 
-async def _until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    """Poll ``condition`` (off the event loop) until it holds; fail naming ``what`` after ``timeout`` s."""
+async def _until(
+    condition: Callable[[], bool], what: str | Callable[[], str], timeout: float = 120.0
+) -> None:
+    """Poll ``condition`` (off the event loop) until it holds; fail naming ``what`` (a callable: its
+    text once the time is up) after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(condition):
-        assert time.monotonic() < deadline, f"not reached in {timeout:.0f} s: {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not reached in {timeout:.0f} s: {what() if callable(what) else what}")
         await asyncio.sleep(0.05)
+
+
+async def _engine_empty(server: TritonServer) -> None:
+    async with AsyncGenerator(server.grpc_url, MODEL, "grpc", timeout=120) as gen:
+        await _until_engine_empty(server, gen)
 
 
 async def _until_engine_empty(server: TritonServer, gen: AsyncGenerator, timeout: float = 120.0) -> None:
@@ -425,6 +434,7 @@ def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> N
     names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
     histograms = ("vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens", "vllm:request_params_n")
     counts = [f"{h}_count" for h in histograms]
+    asyncio.run(_engine_empty(server))  # no earlier request's counts still to come
     before = {name: _metric(server, name) for name in (*names, *counts, "vllm:request_params_max_tokens_sum")}
     with Generator(server.grpc_url, MODEL, timeout=120) as gen:
         out = gen.generate("Once upon a time", max_tokens=7, ignore_eos=True)
@@ -434,7 +444,11 @@ def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> N
         "vllm:request_params_max_tokens_sum": before["vllm:request_params_max_tokens_sum"] + 7,
         **{name: before[name] + 1 for name in counts},
     }
-    asyncio.run(_until(lambda: all(_metric(server, n) == v for n, v in after.items()), f"metrics {after}"))
+
+    def read() -> str:
+        return f"expected {after}, read { ({n: _metric(server, n) for n in after}) }"
+
+    asyncio.run(_until(lambda: all(_metric(server, n) == v for n, v in after.items()), read))
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
     for name in names:
         assert f"{name}{labels}" in text, name

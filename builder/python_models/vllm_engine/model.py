@@ -838,16 +838,18 @@ class Metrics:
                     pb_utils.Logger.log_error(f"vllm_engine: metrics update failed: {traceback.format_exc()}")
 
     def _apply(self, scheduler: Any, iteration: Any) -> None:
+        """The step's counts first, its gauges last: a reader who sees a step's gauges (the engine
+        empty, say) sees its finished requests counted too."""
         gauges, added = stat_updates(scheduler, iteration)
-        for name, value in gauges.items():
-            if self.gauges.get(name) != value:
-                self.metrics[name].set(value)
-                self.gauges[name] = value
         for name, value in added:
             if KINDS[name] == "COUNTER":
                 self.metrics[name].increment(value)
             else:
                 self.metrics[name].observe(value)
+        for name, value in gauges.items():
+            if self.gauges.get(name) != value:
+                self.metrics[name].set(value)
+                self.gauges[name] = value
 
     def close(self) -> None:
         """Metrics go before their families (the stub insists on that order)."""

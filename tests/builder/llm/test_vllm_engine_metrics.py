@@ -106,6 +106,29 @@ def test_the_backends_metrics_with_its_buckets_and_labels(families: dict[str, Fa
     assert [only(families[g]).values for g in GAUGES] == [[("set", 2)], [("set", 1)], [("set", 0.25)]]
 
 
+def test_a_steps_counts_are_applied_before_its_gauges(
+    families: dict[str, FakeFamily], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever reads the engine's gauges (running 0, say) finds the step's finished requests
+    already counted: the tests' baselines and the dashboards' ratios rely on it."""
+    applied: list[tuple[FakeMetric, str]] = []
+    do = FakeMetric._do
+
+    def logged(self: FakeMetric, op: str, value: float) -> None:
+        applied.append((self, op))
+        do(self, op, value)
+
+    monkeypatch.setattr(FakeMetric, "_do", logged)
+    metrics = m.Metrics(families, {"model": "smollm2", "version": "1"})  # type: ignore[arg-type]
+    metrics.start(max_model_len=512)
+    metrics.record(*step([0.03], [0.02], finished=1))
+    metrics.close()
+    ops = [op for _, op in applied]
+    assert "set" in ops and "increment" in ops and "observe" in ops, ops
+    first_gauge = ops.index("set")
+    assert all(op == "set" for op in ops[first_gauge:]), ops
+
+
 def test_a_failing_update_is_logged_once_and_the_thread_goes_on(families: dict[str, FakeFamily]) -> None:
     metrics = m.Metrics(families, {"model": "smollm2", "version": "1"})  # type: ignore[arg-type]
     metrics.start(max_model_len=512)
