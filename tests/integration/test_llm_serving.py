@@ -446,7 +446,8 @@ def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> N
     }
 
     def read() -> str:
-        return f"expected {after}, read { ({n: _metric(server, n) for n in after}) }"
+        found = {n: _metric(server, n) for n in after}
+        return f"expected {after}, read {found}"
 
     asyncio.run(_until(lambda: all(_metric(server, n) == v for n, v in after.items()), read))
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
