@@ -383,7 +383,8 @@ class Row:
 
 
 def save(name: str, data: dict[str, Any]) -> Path:
+    """``data`` as ``bench/results/<name>.json`` (a ``name`` given with its ``.json`` keeps it)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = RESULTS / f"{name.removesuffix('.json')}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return path

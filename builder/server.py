@@ -42,6 +42,15 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def tritonserver_command() -> tuple[list[str], dict[str, str]]:
     """The server binary and the environment to start it with."""
     env = dict(os.environ)
@@ -184,7 +193,8 @@ class TritonServer:
         return cmd + self.extra_args, {**env, **self.env}
 
     def start(self, timeout: float = 120) -> None:
-        """Start and wait for /v2/health/ready; retry with new ports if picked ones were taken."""
+        """Start and wait for /v2/health/ready and the metrics endpoint (``endpoints_up``); retry
+        with new ports if picked ones were taken."""
         attempts = 3 if None in self._ports.values() else 1
         for attempt in range(attempts):
             try:
@@ -218,7 +228,7 @@ class TritonServer:
                 raise BuildError(
                     f"tritonserver exited with status {code} during start-up:\n{self.log_tail()}"
                 )
-            if self.is_ready():
+            if self.endpoints_up():
                 return
             hang = self._hang_marker()
             if hang:
@@ -242,11 +252,14 @@ class TritonServer:
         self.start(timeout)
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return _answers(f"{self.http_url}/v2/health/ready")
+
+    def endpoints_up(self) -> bool:
+        """Ready, and the metrics endpoint answering unless metrics are off. Triton opens that
+        one after HTTP: a start that waited for ready alone handed out a metrics URL that refused
+        connections for some tens of milliseconds."""
+        metrics_off = "--allow-metrics=false" in self.extra_args
+        return self.is_ready() and (metrics_off or _answers(self.metrics_url))
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import ipaddress
 import json
 import os
@@ -12,8 +14,10 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -300,3 +304,40 @@ def test_extra_environment_reaches_the_server_command(tmp_path: Path) -> None:
     server = TritonServer(tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"})
     _, env = server.command()
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "PATH" in env
+
+
+@contextlib.contextmanager
+def stand_in_endpoint() -> Iterator[int]:
+    """Not Triton: a loopback HTTP server answering 200 to every GET, standing in for one of
+    Triton's endpoints to check what the launcher waits for."""
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=stand_in.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stand_in.server_address[1]
+    finally:
+        stand_in.shutdown()
+        stand_in.server_close()
+
+
+def test_a_start_waits_for_the_metrics_endpoint_as_well(tmp_path: Path) -> None:
+    """Triton opens its metrics port after HTTP: ready alone is not up, unless metrics are off."""
+    with stand_in_endpoint() as http_port:
+        server = TritonServer(tmp_path)
+        server.http_port, server.metrics_port = http_port, find_free_port()  # nothing listens there
+        assert server.is_ready() and not server.endpoints_up()
+        with stand_in_endpoint() as metrics_port:
+            server.metrics_port = metrics_port
+            assert server.endpoints_up()
+        off = TritonServer(tmp_path, extra_args=["--allow-metrics=false"])
+        off.http_port, off.metrics_port = http_port, find_free_port()
+        assert off.endpoints_up()
