@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from builder import shared_memory
 from builder.errors import BuildError
 
 STUB = "triton_python_backend_stub"
@@ -271,6 +272,7 @@ class TritonServer:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
+        shm = shared_memory.mapped_names(shared_memory.group_members(proc.pid))
         proc.send_signal(signal.SIGTERM)
         try:
             code = proc.wait(timeout)
@@ -282,8 +284,18 @@ class TritonServer:
             os.killpg(proc.pid, signal.SIGKILL)
         if code is None:
             code = proc.wait(10)
+        self._clear_shared_memory(proc.pid, shm)
         if code == 0 and self._log_given is None and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)  # our temp log; kept when something went wrong
+
+    @staticmethod
+    def _clear_shared_memory(pgid: int, names: set[str]) -> None:
+        """Once the group's killed processes are gone, remove what they mapped in /dev/shm and left
+        there (SIGKILL leaves Triton's and vLLM's files; a clean exit, none)."""
+        deadline = time.monotonic() + 5
+        while shared_memory.group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shared_memory.remove_orphaned(names)
 
     def log_tail(self, lines: int = 25) -> str:
         """The server's error lines, then the end of its log (status tables left out)."""

@@ -19,6 +19,7 @@ ROOT = Path(__file__).parents[1]
 # `python -m bench.reliability` writes the tracked bench/results/. Set before bench is imported.
 os.environ.setdefault("TRITONFORGE_RESULTS_DIR", str(ROOT / ".tritonforge" / "test-results"))
 
+from builder import shared_memory  # noqa: E402
 from builder.pipeline import build  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
@@ -217,39 +218,15 @@ def _tree_status() -> set[str] | None:
 
 _STATUS_AT_START: list[set[str] | None] = []
 
-# ... and /dev/shm as it found it: the servers some tests kill on purpose leave their shared memory
-# behind (Triton's Python-backend regions, vLLM's message queues, loky's semaphores).
-SHM = Path("/dev/shm")
-LEFTOVER_SHM = ("triton_python_backend_shm_region_", "psm_", "sem.loky-")
+# ... and /dev/shm as it found it: the servers some tests kill on purpose, not through
+# TritonServer.stop, leave their shared memory behind (builder/shared_memory.py).
 _SHM_AT_START: list[set[str]] = []
-
-
-def shm_names(folder: Path = SHM) -> set[str]:
-    try:
-        return {p.name for p in folder.iterdir() if p.name.startswith(LEFTOVER_SHM)}
-    except OSError:
-        return set()
-
-
-def orphaned_shm(before: set[str], folder: Path = SHM) -> set[str]:
-    """Names made since ``before`` that no live process maps: nothing can use them any more."""
-    new = shm_names(folder) - before
-    prefix = f"{folder}/"
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        if not new:
-            break
-        try:
-            text = maps.read_text(errors="replace")
-        except OSError:  # the process ended
-            continue
-        new -= {line.split(prefix, 1)[1].split(" ")[0] for line in text.splitlines() if prefix in line}
-    return new
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the run's own process checks, not each worker
         _STATUS_AT_START.append(_tree_status())
-        _SHM_AT_START.append(shm_names())
+        _SHM_AT_START.append(shared_memory.shm_names())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -257,8 +234,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     or added anything git sees. That is checked when the tree was clean at the start (CI's fresh
     clone; a developer's tree with edits in progress is not)."""
     if _SHM_AT_START:
-        for name in orphaned_shm(_SHM_AT_START[0]):
-            (SHM / name).unlink(missing_ok=True)
+        shared_memory.remove_orphaned(shared_memory.shm_names() - _SHM_AT_START[0])
     before = _STATUS_AT_START[0] if _STATUS_AT_START else None
     if before != set():
         return

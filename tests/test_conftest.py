@@ -3,9 +3,6 @@ itself (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import mmap
-from pathlib import Path
-
 import pytest
 
 from tests.conftest import (
@@ -14,7 +11,6 @@ from tests.conftest import (
     ROOT,
     _module,
     _starts_engine,
-    orphaned_shm,
     pytest_xdist_make_scheduler,
 )
 
@@ -41,11 +37,3 @@ def test_engine_modules_share_one_scope_and_the_others_keep_their_own(
     assert scope("tests/integration/test_llm_lora.py::test_x") == ENGINE_SCOPE
     assert scope("tests/clients/test_client.py::test_y[grpc]") == ENGINE_SCOPE
     assert scope("tests/builder/test_cache.py::test_z") == "tests/builder/test_cache.py"
-
-
-def test_only_new_shared_memory_no_process_maps_is_orphaned(tmp_path: Path) -> None:
-    for name in ("psm_old", "psm_in_use", "psm_left", "triton_python_backend_shm_region_x", "other"):
-        (tmp_path / name).write_bytes(b"\0" * 4096)
-    with (tmp_path / "psm_in_use").open("r+b") as f, mmap.mmap(f.fileno(), 4096):
-        found = orphaned_shm({"psm_old"}, tmp_path)
-    assert found == {"psm_left", "triton_python_backend_shm_region_x"}

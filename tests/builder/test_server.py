@@ -26,6 +26,7 @@ from builder.cli.serve import is_loopback, ready_models
 from builder.configs import python_config, read_config, write_config
 from builder.errors import BuildError
 from builder.server import TritonServer, find_free_port, tritonserver_command
+from builder.shared_memory import group_members
 from builder.spec import PythonModelSpec
 
 ROOT = Path(__file__).parents[2]
@@ -144,19 +145,6 @@ class TritonPythonModel:
 """
 
 
-def _group_alive(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
 @pytest.mark.integration
 def test_stop_leaves_no_process_of_the_server_behind(tmp_path: Path) -> None:
     """What a model started (vLLM's engine core, say) dies with the server, however it exits."""
@@ -169,9 +157,9 @@ def test_stop_leaves_no_process_of_the_server_behind(tmp_path: Path) -> None:
         child = int((repo / "spawner" / "child.pid").read_text())
         assert alive(child)
     deadline = time.monotonic() + 10
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)  # SIGKILL is delivered asynchronously: poll for it, with a deadline
-    assert _group_alive(pgid) == [] and not alive(child)
+    assert group_members(pgid) == [] and not alive(child)
 
 
 @pytest.mark.integration
@@ -341,3 +329,17 @@ def test_a_start_waits_for_the_metrics_endpoint_as_well(tmp_path: Path) -> None:
         off = TritonServer(tmp_path, extra_args=["--allow-metrics=false"])
         off.http_port, off.metrics_port = http_port, find_free_port()
         assert off.endpoints_up()
+
+
+@pytest.mark.integration
+def test_a_server_stop_kills_leaves_no_shared_memory(tmp_path: Path) -> None:
+    """A server that must be killed (no time to exit) leaves its stub's region in /dev/shm, which
+    stop() removes."""
+    server = TritonServer(python_repo(tmp_path / "repo"), log_path=tmp_path / "server.log")
+    server.start()
+    maps = Path(f"/proc/{server.pid}/maps").read_text()
+    marker = "/dev/shm/triton_python_backend_shm_region_"
+    regions = {Path(line.split(" ")[-1]) for line in maps.splitlines() if marker in line}
+    assert regions, "the server maps its Python-backend regions"
+    server.stop(timeout=0)  # SIGTERM, then SIGKILL at once
+    assert sorted(str(r) for r in regions if r.exists()) == []
