@@ -292,6 +292,8 @@ class TritonServer:
     def _clear_shared_memory(pgid: int, names: set[str]) -> None:
         """Once the group's killed processes are gone, remove what they mapped in /dev/shm and left
         there (SIGKILL leaves Triton's and vLLM's files; a clean exit, none)."""
+        if not names:
+            return
         deadline = time.monotonic() + 5
         while shared_memory.group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
