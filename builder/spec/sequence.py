@@ -11,15 +11,13 @@ and ``dims: [2, 1, 128]``, one stream per sequence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from builder.spec.dtype import DType
-
-if TYPE_CHECKING:
-    from builder.spec import ModelSpec
 
 TensorName = Annotated[str, Field(min_length=1)]
 CONTROL_DTYPES = (DType.BOOL, DType.INT32, DType.FP32)  # the types Triton's start/end/ready controls take
@@ -114,7 +112,34 @@ class SequenceSpec(_Strict):
         return [s.output for s in self.state]
 
 
-def check_sequence(model: ModelSpec) -> None:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Valued(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class StatefulModel(Protocol):
+    """What ``check_sequence`` reads of a model: a ``ModelSpec``, which imports this module."""
+
+    @property
+    def sequence(self) -> SequenceSpec | None: ...
+    @property
+    def batching(self) -> BaseModel: ...
+    @property
+    def warmup(self) -> object | None: ...
+    @property
+    def precisions(self) -> Sequence[_Valued]: ...
+    @property
+    def inputs(self) -> Sequence[_Named]: ...
+    @property
+    def outputs(self) -> Sequence[_Named]: ...
+
+
+def check_sequence(model: StatefulModel) -> None:
     """What a stateful model cannot also have; each refusal names its field."""
     seq = model.sequence
     if seq is None:

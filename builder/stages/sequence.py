@@ -16,16 +16,15 @@ import onnx
 import onnxruntime as ort
 from numpy.typing import NDArray
 
-from builder.dtypes import to_numpy
+from builder.dtypes import FROM_ONNX, to_numpy
 from builder.errors import SpecError
 from builder.spec import ModelSpec, TensorSpec
 from builder.spec.sequence import SequenceSpec
+from builder.stages.graph_tensors import tensor_problem
 
 
 def compare_states(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
     """Each state's input and output, and each control, exist in the graph with the spec's type and shape."""
-    from builder.stages.check import _tensor_problem
-
     seq = model.sequence
     assert seq is not None
     inputs = {v.name: v for v in graph.graph.input}
@@ -36,7 +35,7 @@ def compare_states(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path)
             if name not in values:
                 raise SpecError(f"graph has no {side} '{name}' (graph {side}s: {sorted(values)})",
                                 file=spec_file, model=model.name, field=f"{where}.{side}")  # fmt: skip
-            problem = _tensor_problem(model, TensorSpec(name=name, dtype=s.dtype, dims=s.dims), values[name])
+            problem = tensor_problem(model, TensorSpec(name=name, dtype=s.dtype, dims=s.dims), values[name])
             if problem is not None:
                 field, message = problem
                 raise SpecError(f"state {side} '{name}': {message}", file=spec_file, model=model.name,
@@ -48,8 +47,6 @@ def compare_states(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path)
 def _compare_control(
     model: ModelSpec, kind: str, name: str, inputs: dict[str, onnx.ValueInfoProto], spec_file: Path
 ) -> None:
-    from builder.dtypes import FROM_ONNX
-
     assert model.sequence is not None
     field = f"sequence.controls.{kind}"
     if name not in inputs:
