@@ -1,7 +1,9 @@
-"""The layers written in pyproject.toml hold, and each contract fails on a planted violation."""
+"""The layers written in pyproject.toml hold, and each contract fails on a planted violation;
+no module imports itself back through others, function-level imports included."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +19,30 @@ LINT = Path(sys.executable).with_name("lint-imports")
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run([str(LINT)], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+# Every import grimp sees (top-level, function-level and TYPE_CHECKING alike), as cycles
+# "a -> b -> ... -> a": the acyclic_siblings contract does not see a package's __init__ and its
+# own modules importing each other.
+CYCLES = """
+import json, grimp
+graph = grimp.build_graph("builder", "clients", cache_dir=None)
+cycles = set()
+for a in graph.modules:
+    for b in graph.find_modules_directly_imported_by(a):
+        chain = graph.find_shortest_chain(importer=b, imported=a)
+        if chain:
+            cycles.add(" -> ".join((a, *chain)))
+print(json.dumps(sorted(cycles)))
+"""
+
+
+def import_cycles(root: Path) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", CYCLES], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300, check=True)  # fmt: skip
+    cycles: list[str] = json.loads(done.stdout)
+    return cycles
 
 
 def test_the_tree_keeps_every_contract() -> None:
@@ -41,6 +67,8 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("builder/records.py", "from builder import targets", "builder layers"),
         ("builder/engines/build.py", "import builder.repository", "builder layers"),
         ("clients/model.py", "import builder.spec", "clients ship alone"),
+        ("builder/stages/graph_tensors.py", "from builder.stages import check", "no cycles between sibling"),
+        ("clients/errors.py", "import clients.client", "no cycles between sibling"),
         (
             "builder/python_models/onnx_runner/model.py",
             "import builder.errors",
@@ -59,3 +87,20 @@ def test_a_planted_import_breaks_its_contract(copy: Path, module: str, planted: 
     assert result.returncode != 0
     broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
     assert any(line.startswith(contract) for line in broken), result.stdout[-3000:]
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert import_cycles(ROOT) == []
+
+
+def test_a_planted_cycle_is_found_even_in_a_function(copy: Path) -> None:
+    path = copy / "builder" / "spec" / "sequence.py"
+    original = path.read_text()
+    path.write_text(
+        original + "\n\ndef planted() -> None:\n    from builder.spec import ModelSpec  # noqa: F401\n"
+    )
+    try:
+        cycles = import_cycles(copy)
+    finally:
+        path.write_text(original)
+    assert "builder.spec -> builder.spec.sequence -> builder.spec" in cycles, cycles
