@@ -54,3 +54,26 @@ class VerificationError(UserError):
 
 class BuildError(Exception):
     """A stage failed for a reason that is not the user's input (exit status 1)."""
+
+
+class ModelRefused(Exception):
+    """A named, expected reason that the user's model, or one variant of it, cannot be made: a
+    library refused the graph, the quantizer quantized nothing, a converted graph does not run.
+
+    The build drops the variant (or leaves the model out) and says why in one line; any other
+    exception in a stage is a defect of the builder (:class:`StageDefect`)."""
+
+
+class StageDefect(BuildError):
+    """An unexpected exception in a stage: a defect of the builder, not of the user's input. The
+    traceback is kept in ``log`` (exit status 1)."""
+
+    def __init__(self, model: str, stage: str, summary: str, log: Path) -> None:
+        self.model = model
+        self.stage = stage
+        self.summary = summary
+        self.log = log
+        super().__init__(
+            f"model '{model}': {stage} stage: {summary} (a defect of tritonforge, not of the model; "
+            f"traceback in {log}; please report it with that file)"
+        )

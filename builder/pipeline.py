@@ -12,12 +12,12 @@ when it runs: a rebuild with nothing changed stays under a second.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,7 +26,8 @@ from builder import repository
 from builder.cache import StageCache, StageResult, cache_root, file_hash, tree_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
-from builder.errors import BuildError, SpecError, UserError, VerificationError
+from builder.errors import ModelRefused, SpecError, UserError, VerificationError
+from builder.failures import guarded, reason
 from builder.llm.build import build_llm, check_llm_paths
 from builder.progress import quiet
 from builder.records import (
@@ -34,11 +35,12 @@ from builder.records import (
     BuildOptions,
     BuildResult,
     EngineSummary,
+    LeftOut,
     ModelBuild,
     ReportJson,
     VerificationReport,
 )
-from builder.spec import ModelSpec, Precision, Smoothing, load_spec
+from builder.spec import ModelSpec, Precision, Smoothing, Spec, load_spec
 from builder.stages.inputs import (
     CheckInputs,
     ExportInputs,
@@ -60,22 +62,82 @@ Info = dict[str, object]
 Samples = dict[str, NDArray[Any]]
 
 
+class _Entry(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+Named = TypeVar("Named", bound=_Entry)
+Made = TypeVar("Made")
+
+
 def build(opts: BuildOptions) -> BuildResult:
     """Run every stage for every model, the engine stage where the target builds engines,
-    then publish the repository."""
+    then publish the repository.
+
+    A model that cannot be built for a reason of its own (a graph a library refuses, no variant
+    within tolerance) is left out, saying why in one line, and the others are published; with
+    none left, its error is raised and nothing is written. A defect of the builder fails the
+    whole build (:class:`~builder.errors.StageDefect`)."""
     start = time.perf_counter()
     spec = load_spec(opts.spec_file)
     target = resolve(opts.target, lambda: detect().available)
     ctx = BuildContext(spec, opts.spec_file, opts.spec_file.parent, _cache(opts), opts.log)
     _check_before_stages(ctx)
-    builds = [build_model(model, ctx, target) for model in spec.models]
-    for b in builds:
-        b.served = target.choose_served(b, ctx.spec_file)
-    llms = [build_llm(llm, ctx) for llm in spec.llms]
+    builds, left_out = _each(
+        spec.models, lambda model: _served(build_model(model, ctx, target), target, ctx), ctx
+    )
+    llms, llms_left_out = _each(spec.llms, lambda llm: build_llm(llm, ctx), ctx)
+    left_out += llms_left_out
+    if not builds and not llms:
+        raise left_out[0].error
+    ctx = replace(ctx, spec=without(spec, {gone.name for gone in left_out}))
     engines = build_engines(builds, ctx, opts) if target.builds_engines else None
     contents = repository.Repository(builds, ctx, target, engines, llms)
     published = repository.write_and_publish(contents, opts.repo)
-    return BuildResult(target.name, opts.repo, builds, published, time.perf_counter() - start, engines, llms)
+    seconds = time.perf_counter() - start
+    return BuildResult(target.name, opts.repo, builds, published, seconds, engines, llms, left_out)
+
+
+def _each(
+    entries: Sequence[Named], make: Callable[[Named], Made], ctx: BuildContext
+) -> tuple[list[Made], list[LeftOut]]:
+    """``make`` of every entry; an entry that fails on the user's input is left out, saying why."""
+    made: list[Made] = []
+    left_out: list[LeftOut] = []
+    for entry in entries:
+        try:
+            made.append(make(entry))
+        except UserError as exc:
+            ctx.log(f"[{entry.name}] left out: {exc.message}")
+            left_out.append(LeftOut(entry.name, exc))
+    return made, left_out
+
+
+def _served(b: ModelBuild, target: Target, ctx: BuildContext) -> ModelBuild:
+    b.served = target.choose_served(b, ctx.spec_file)
+    return b
+
+
+def without(spec: Spec, gone: set[str]) -> Spec:
+    """The spec less the models in ``gone``, the ensembles that use any of them, and the Python
+    models only those ensembles used."""
+    if not gone:
+        return spec
+    ensembles = list(spec.ensembles)
+    while dropped := [e for e in ensembles if {s.model for s in e.steps} & gone]:
+        gone |= {e.name for e in dropped}
+        ensembles = [e for e in ensembles if e.name not in gone]
+    kept_steps = {s.model for e in ensembles for s in e.steps}
+    orphans = {s.model for e in spec.ensembles if e.name in gone for s in e.steps} - kept_steps
+    return spec.model_copy(
+        update={
+            "models": [m for m in spec.models if m.name not in gone],
+            "llms": [m for m in spec.llms if m.name not in gone],
+            "ensembles": ensembles,
+            "python_models": [m for m in spec.python_models if m.name not in orphans],
+        }
+    )
 
 
 def _cache(opts: BuildOptions) -> StageCache:
@@ -117,9 +179,7 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     for precision, path in list(out.variants.items()):
         try:
             out.reports[precision] = _verified(model, precision, path, reference, ctx, out)
-        except UserError:
-            raise
-        except Exception as exc:  # ORT refusing the variant's file, or failing to run it
+        except ModelRefused as exc:  # ORT refusing the variant's file, or failing to run it
             del out.variants[precision]
             out.reports[precision] = _dropped(precision, f"verify-{precision.value}", exc)
     _report_failures(out, ctx)
@@ -129,51 +189,35 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
 def _run_user(
     ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
 ) -> StageResult:
-    return _run(ctx, model, inputs, _from_source(model, ctx, inputs.STAGE, body))
+    """A stage reading the user's model: a refusal of it ends as one line naming the model and the
+    stage (exit status 2), never a traceback."""
+    try:
+        return _run(ctx, model, inputs, body)
+    except ModelRefused as exc:
+        raise SpecError(
+            f"{inputs.STAGE} stage failed: {reason(exc)}",
+            file=ctx.spec_file,
+            model=model.name,
+            field="source",
+        ) from None
 
 
-def _from_source(
-    model: ModelSpec, ctx: BuildContext, stage: str, body: Callable[[Path], Info]
-) -> Callable[[Path], Info]:
-    """A stage reading the user's model: what ONNX, ONNX Runtime or torch raise on it ends as one line
-    naming the model and the stage (exit status 2), never a traceback."""
-
-    def run(out: Path) -> Info:
-        try:
-            return body(out)
-        except (UserError, BuildError):
-            raise
-        except Exception as exc:
-            raise SpecError(
-                f"{stage} stage failed: {failure_line(exc)}",
-                file=ctx.spec_file,
-                model=model.name,
-                field="source",
-            ) from None
-
-    return run
-
-
-def _dropped(precision: Precision, stage: str, exc: Exception) -> VerificationReport:
+def _dropped(precision: Precision, stage: str, exc: ModelRefused) -> VerificationReport:
     """A variant that could not be made or run: reported like one out of tolerance."""
-    return VerificationReport(precision, False, {}, [f"{stage} stage failed: {failure_line(exc)}"])
-
-
-def failure_line(exc: BaseException) -> str:
-    """The first line of an exception's message, with file paths (cache folders) cut to their names."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = _PATH.sub(lambda m: m.group(1), lines[0] if lines else "")
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
-
-
-# An absolute file path (a cache folder's): at least two folders, a name with an extension.
-_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"():,]+){2,}[\\/]([^\\/\s'\"():,]+\.\w+)")
+    return VerificationReport(precision, False, {}, [f"{stage} stage failed: {reason(exc)}"])
 
 
 def _run(
-    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
+    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info], stage: str = ""
 ) -> StageResult:
-    return ctx.cache.run(model.name, inputs.STAGE, inputs.key(), body)
+    stage = stage or inputs.STAGE
+    log = ctx.cache.root / model.name / f"{stage}.failure.log"
+    return ctx.cache.run(
+        model.name,
+        stage,
+        inputs.key(),
+        guarded(body, model=model.name, stage=stage, user_code=ctx.spec_dir, log=log),
+    )
 
 
 def _sha(stage: StageResult) -> str:
@@ -187,9 +231,7 @@ def _variants(
     for precision in model.precisions:
         try:
             variant = _variant(model, precision, fp32, check, ctx, target)
-        except UserError:
-            raise
-        except Exception as exc:  # onnxruntime.quantization and ORT raise anything
+        except ModelRefused as exc:  # onnxruntime.quantization and ORT refuse some graphs
             out.reports[precision] = _dropped(precision, precision.value, exc)
             continue
         if variant is None:
@@ -244,8 +286,8 @@ def _verified(
         variant_sha256=file_hash(path), reference_key=reference.key, tolerance=model.tolerances[precision],
         opt_batch=model.opt_batch(), threads=model.serve.threads,
     )  # fmt: skip
-    verify = ctx.cache.run(model.name, f"verify-{precision.value}", inputs.key(),
-                           lambda d: _verify(model, precision, path, reference.out))  # fmt: skip
+    verify = _run(ctx, model, inputs, lambda d: _verify(model, precision, path, reference.out),
+                  stage=f"verify-{precision.value}")  # fmt: skip
     out.stages.append(verify)
     return VerificationReport.from_json(cast(ReportJson, verify.info))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from builder.cache import StageCache, StageResult
+from builder.errors import UserError
 from builder.spec import ModelSpec, Precision, Spec
 from builder.spec.llm import LLMDType, LLMSpec
 
@@ -212,6 +213,15 @@ class BuildResult:
     seconds: float
     engines: EngineSummary | None = None
     llms: list[LLMBuild] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A model the build left out of the repository, and the user's error that says why."""
+
+    name: str
+    error: UserError
 
 
 def _num(value: float | None) -> float | None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from builder.cli.summary import render
+from builder.cli.summary import render, report_left_out
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.targets import TARGETS
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(render(result))
-    return 0
+    return report_left_out(result)
 
 
 def stderr_line(line: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from builder.cache import cache_root
 from builder.cli.build import stderr_line
-from builder.cli.summary import render
+from builder.cli.summary import render, report_left_out
 from builder.deploy.plans import BuiltRepository, build_plans
 from builder.engines.build import EngineSet, EnginesRequired, skip_message
 from builder.engines.detect import detect
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(render(result))
-    return 0
+    return report_left_out(result)
 
 
 def plans_table(engines: EngineSet) -> str:

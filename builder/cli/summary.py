@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from builder.records import BuildResult, LLMBuild, ModelBuild, VerificationReport
@@ -29,6 +30,13 @@ def render(result: BuildResult) -> str:
     state = "published" if result.published else "unchanged"
     lines.append(f"{result.target} repository {result.repo} ({state}) in {result.seconds:.1f} s")
     return "\n".join(lines)
+
+
+def report_left_out(result: BuildResult) -> int:
+    """One line on stderr for each model the build left out; the exit status: 2 if any, else 0."""
+    for gone in result.left_out:
+        print(f"error: {gone.error.one_line()} (left out of the repository)", file=sys.stderr)
+    return 2 if result.left_out else 0
 
 
 def stage_logs(result: BuildResult) -> list[Path]:

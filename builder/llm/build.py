@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from builder.cache import StageResult, file_hash, tree_hash
-from builder.errors import SpecError, VerificationError
+from builder.errors import ModelRefused, SpecError, VerificationError
+from builder.failures import guarded, reason
 from builder.llm.choice import Candidate, choose
 from builder.llm.export import export, resolve_source
 from builder.llm.lora import check_adapter, check_adapter_folder, copy_adapter, resolve_adapters
@@ -157,7 +158,16 @@ def _lora(spec: LLMSpec, ctx: BuildContext, export_key: str, checkpoint: Path) -
 
 
 def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[Path], Info]) -> StageResult:
-    return ctx.cache.run(spec.name, inputs.STAGE, inputs.key(), body)
+    """A stage of the LLM: a library's refusal of the model is the user's error, naming the source;
+    any other exception is a defect, its traceback kept in the stage's failure log."""
+    log = ctx.cache.root / spec.name / f"{inputs.STAGE}.failure.log"
+    body = guarded(body, model=spec.name, stage=inputs.STAGE, user_code=ctx.spec_dir, log=log)
+    try:
+        return ctx.cache.run(spec.name, inputs.STAGE, inputs.key(), body)
+    except ModelRefused as exc:
+        raise SpecError(
+            f"{inputs.STAGE} stage failed: {reason(exc)}", file=ctx.spec_file, model=spec.name, field="source"
+        ) from None
 
 
 def auto_inputs(spec: LLMSpec) -> AutoDType | None:

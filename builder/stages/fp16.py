@@ -13,7 +13,7 @@ import onnxruntime as ort
 from numpy.typing import NDArray
 from onnxconverter_common import float16
 
-from builder.errors import BuildError
+from builder.errors import ModelRefused
 
 _PROBE_TYPES = {
     "tensor(float)": np.float32,
@@ -86,7 +86,7 @@ def _check_runs(path: Path, fp32_onnx: Path) -> None:
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
-        raise BuildError(
+        raise ModelRefused(
             f"{fp32_onnx.name}: fp16: ONNX Runtime cannot load the converted model: {exc}"
         ) from exc
     feed = _probe(session)
@@ -96,7 +96,7 @@ def _check_runs(path: Path, fp32_onnx: Path) -> None:
         session.run(None, feed)
     except Exception as exc:
         if _runs(fp32_onnx, feed):  # the probe suits the model, so the conversion broke it
-            raise BuildError(f"{fp32_onnx.name}: fp16: the converted model fails to run: {exc}") from exc
+            raise ModelRefused(f"{fp32_onnx.name}: fp16: the converted model fails to run: {exc}") from exc
 
 
 def _probe(session: ort.InferenceSession) -> dict[str, NDArray[Any]] | None:

@@ -33,7 +33,7 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from builder.errors import BuildError, SpecError
+from builder.errors import ModelRefused, SpecError
 from builder.progress import progress, quiet
 from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
@@ -198,7 +198,7 @@ def quantize_int8_dynamic(model: ModelSpec, fp32_onnx: Path, out_dir: Path) -> P
         quantize_dynamic(str(pre), str(tmp / "q.onnx"), per_channel=True, weight_type=QuantType.QInt8)
         _load_in_ort(tmp / "q.onnx", model.name, "int8_dynamic")
         if not _has_op_in(onnx.load(str(tmp / "q.onnx")).graph, _DYNAMIC_OPS):
-            raise BuildError(f"model '{model.name}': int8_dynamic: ONNX Runtime quantized no operator")
+            raise ModelRefused(f"model '{model.name}': int8_dynamic: ONNX Runtime quantized no operator")
         os.replace(tmp / "q.onnx", out)
     return out
 
@@ -273,12 +273,12 @@ def _check_static(path: Path, model: str, recipe: Int8Recipe) -> None:
     if recipe.for_tensorrt:
         problems = tensorrt_qdq_problems(graph)
         if problems:
-            raise BuildError(f"model '{model}': int8: TensorRT cannot parse this Q/DQ graph: {problems[0]}")
+            raise ModelRefused(f"model '{model}': int8: TensorRT cannot parse this Q/DQ graph: {problems[0]}")
     constants = {i.name for i in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     activations = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in constants]
     if not activations or not _has_op_in(graph, {"DequantizeLinear"}):
-        raise BuildError(
+        raise ModelRefused(
             f"model '{model}': int8: the quantized graph has no QuantizeLinear/DequantizeLinear on "
             "activations (only weights were quantized); check calibration.op_types / exclusions"
         )
@@ -316,7 +316,7 @@ def _load_in_ort(path: Path, model: str, variant: str) -> None:
     try:
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
-        raise BuildError(f"model '{model}': {variant}: ONNX Runtime cannot load {path.name}: {exc}") from exc
+        raise ModelRefused(f"model '{model}': {variant}: ONNX Runtime cannot load {path.name}: {exc}") from exc
 
 
 def _has_op_in(graph: onnx.GraphProto, ops: set[str]) -> bool:

@@ -12,7 +12,8 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import SpecError
-from builder.pipeline import build, failure_line
+from builder.failures import failure_line
+from builder.pipeline import build
 from builder.records import BuildOptions
 from tests.builder.fixtures import foreign_onnx as f
 
@@ -47,7 +48,7 @@ def test_a_variant_that_cannot_be_made_is_dropped_and_the_rest_published(tmp_pat
     )
     assert "note" not in manifest["models"]["conv"]["stages"]["check"]
     (dropped,) = [line for line in lines if line.startswith("[scalar] variant int8_dynamic not published: ")]
-    assert "int8_dynamic stage failed: BuildError" in dropped
+    assert "int8_dynamic stage failed: ModelRefused" in dropped
     assert str(tmp_path) not in dropped and ".tmp-" not in dropped
     # `conv` serves the variant measured fastest, which the machine's load decides; the other keeps
     # a folder of its own.

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builder.errors import BuildError
+from builder.errors import ModelRefused
 from builder.stages.fp16 import convert_fp16
 
 RNG = np.random.default_rng(1)
@@ -84,7 +84,7 @@ def test_unloadable_result_is_a_build_error(tmp_path: Path) -> None:
     model = onnx.load(str(fp32))
     model.ir_version = 99  # ORT refuses this; the conversion keeps it
     onnx.save(model, str(fp32))
-    with pytest.raises(BuildError, match="cannot load"):
+    with pytest.raises(ModelRefused, match="cannot load"):
         convert_fp16(fp32, tmp_path / "fp16.onnx")
     assert not list(tmp_path.glob("fp16.onnx*"))
 

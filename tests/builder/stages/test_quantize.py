@@ -11,7 +11,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from builder.errors import BuildError, SpecError
+from builder.errors import ModelRefused, SpecError
 from builder.spec import ModelSpec
 from builder.stages.inputs import TENSORRT_INT8, Int8Recipe, cpu_has_vnni, int8_recipe
 from builder.stages.quantize import LOG_FILE, quantize_int8, quantize_int8_dynamic, tensorrt_qdq_problems
@@ -190,7 +190,7 @@ def test_unknown_excluded_node_is_a_spec_error(tmp_path: Path) -> None:
 
 def test_weights_only_result_is_refused(tmp_path: Path) -> None:
     fp32 = conv_net(tmp_path / "fp32.onnx")
-    with pytest.raises(BuildError, match="no QuantizeLinear/DequantizeLinear on activations"):
+    with pytest.raises(ModelRefused, match="no QuantizeLinear/DequantizeLinear on activations"):
         quantize_int8(spec(op_types=["MatMul"]), fp32, samples(), tmp_path / "o")
     assert list((tmp_path / "o").iterdir()) == []  # temp folder cleaned up, nothing half-written
 
@@ -234,7 +234,8 @@ def test_onnx_runtime_default_quantizes_biases_to_int32_which_the_tensorrt_check
     assert "INT32" in dequantized_types(cpu).values()  # ORT's QuantizeBias=True: fused CPU kernels
     problems = tensorrt_qdq_problems(onnx.load(str(cpu)).graph)
     assert problems and "dequantizes INT32" in problems[0]
-    with pytest.raises(BuildError, match=r"TensorRT cannot parse this Q/DQ graph: DequantizeLinear .* INT32"):
+    refused = r"TensorRT cannot parse this Q/DQ graph: DequantizeLinear .* INT32"
+    with pytest.raises(ModelRefused, match=refused):
         quantize_int8(spec(), fp32, samples(), tmp_path / "o", Int8Recipe(for_tensorrt=True))
 
 
