@@ -10,13 +10,11 @@ The ``vllm_engine`` model exports ``vllm:time_to_first_token_seconds`` and
 from __future__ import annotations
 
 import math
-import re
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from clients.perf.errors import PerfError
-from clients.perf.metrics import metrics_endpoint
+from clients.perf.metrics import metric_key, metrics_endpoint, read_page, samples
 
 TTFT = "vllm:time_to_first_token_seconds"
 TPOT = "vllm:time_per_output_token_seconds"
@@ -24,8 +22,7 @@ REFUSED = "tritonforge:requests_refused_total"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 SUCCESS = "nv_inference_request_success"
 FAILURE = "nv_inference_request_failure"
-_LINE = re.compile(r"^([\w:]+)\{([^}]*)\}\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_SUMMED = {metric_key(name): name for name in (REFUSED, KV_USAGE, SUCCESS, FAILURE)}
 
 
 @dataclass
@@ -68,11 +65,8 @@ class ModelMetrics:
 def parse(text: str, model: str) -> ModelMetrics:
     """The series of ``model`` (all lanes summed); gauges are summed as read."""
     out = ModelMetrics()
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2))), float(m.group(3))
+    for sample in samples(text):
+        name, labels, value = sample.name, sample.labels, sample.value
         if labels.get("model") != model:
             continue
         for family in (TTFT, TPOT):
@@ -84,17 +78,18 @@ def parse(text: str, model: str) -> ModelMetrics:
                 out.histograms[family].count += value
             elif name == family + "_sum":
                 out.histograms[family].total += value
-        if name in (REFUSED, KV_USAGE, SUCCESS, FAILURE):
-            out.counters[name] += value
+        if name in _SUMMED:
+            out.counters[_SUMMED[name]] += value
     return out
 
 
 def scrape(url: str, model: str, timeout_s: float = 10.0) -> ModelMetrics:
     try:
-        with urllib.request.urlopen(metrics_endpoint(url), timeout=timeout_s) as resp:
-            return parse(resp.read().decode("utf-8", "replace"), model)
+        return parse(read_page(url, timeout_s), model)
     except OSError as exc:
         raise PerfError(f"cannot read metrics from {metrics_endpoint(url)}: {exc}") from exc
+    except ValueError as exc:
+        raise PerfError(f"{metrics_endpoint(url)} is not Prometheus text: {exc}") from exc
 
 
 @dataclass(frozen=True)

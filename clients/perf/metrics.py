@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from clients.perf.errors import PerfError
 
@@ -19,8 +22,6 @@ COUNTERS = {
     "nv_inference_compute_infer_duration_us": "compute_infer_us",
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
-_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)")
-_MODEL = re.compile(r'model="([^"]*)"')
 
 
 @dataclass
@@ -60,28 +61,51 @@ def metrics_endpoint(url: str) -> str:
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
+def samples(text: str) -> Iterator[Sample]:
+    """Every sample of a Prometheus text page as prometheus_client reads it (a histogram's
+    ``_bucket``, ``_count`` and ``_sum`` under those names), each named by ``metric_key``;
+    ValueError where the text is not Prometheus text."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample._replace(name=metric_key(sample.name))
+
+
+def metric_key(name: str) -> str:
+    """A series' name as matched here: without ``_total``, which prometheus_client puts on every
+    sample of a counter whether the page wrote it (``requests_refused_total``) or not
+    (``nv_inference_request_success``)."""
+    return name.removesuffix("_total")
+
+
 def parse(text: str) -> dict[str, ModelCounters]:
     """Sum each counter per model over versions (and GPUs)."""
     out: dict[str, ModelCounters] = {}
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m or m.group(1) not in COUNTERS:
+    for sample in samples(text):
+        field = COUNTERS.get(sample.name)
+        model = sample.labels.get("model")
+        if field is None or model is None:
             continue
-        model = _MODEL.search(m.group(2))
-        if not model:
-            continue
-        counters = out.setdefault(model.group(1), ModelCounters())
-        field = COUNTERS[m.group(1)]
-        setattr(counters, field, getattr(counters, field) + float(m.group(3)))
+        counters = out.setdefault(model, ModelCounters())
+        setattr(counters, field, getattr(counters, field) + sample.value)
     return out
+
+
+def read_page(url: str, timeout_s: float) -> str:
+    """The text of the metrics page at ``url`` (any form metrics_endpoint takes)."""
+    with urllib.request.urlopen(metrics_endpoint(url), timeout=timeout_s) as resp:
+        text: str = resp.read().decode("utf-8", "replace")
+    return text
 
 
 def scrape(url: str, timeout_s: float = 10.0) -> dict[str, ModelCounters]:
     try:
-        with urllib.request.urlopen(metrics_endpoint(url), timeout=timeout_s) as resp:
-            return parse(resp.read().decode("utf-8", "replace"))
+        return parse(read_page(url, timeout_s))
     except OSError as exc:
         raise PerfError(f"cannot read Triton metrics from {metrics_endpoint(url)}: {exc}") from exc
+    except ValueError as exc:
+        raise PerfError(
+            f"Triton metrics from {metrics_endpoint(url)} are not Prometheus text: {exc}"
+        ) from exc
 
 
 def delta(before: dict[str, ModelCounters], after: dict[str, ModelCounters]) -> dict[str, ModelCounters]:

@@ -79,11 +79,12 @@ def test_clients_import_nothing_from_builder() -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_pyproject_depends_on_tritonclient_and_numpy_alone() -> None:
+def test_pyproject_depends_on_tritonclient_numpy_and_prometheus_client_alone() -> None:
     project = tomllib.loads((CLIENTS / "pyproject.toml").read_text())["project"]
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "tritonforge-client"
-    assert project["dependencies"] == ["numpy==1.26.4", "tritonclient[grpc,http]==2.73.0"]
+    pins = ["numpy==1.26.4", "tritonclient[grpc,http]==2.73.0", "prometheus-client==0.26.0"]
+    assert project["dependencies"] == pins
     assert set(project["dependencies"]) <= set(root["dependencies"])  # the same pins as the root
 
 

@@ -27,6 +27,7 @@ import pytest
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
 from clients.generator import AsyncGenerator, Generator, join
+from clients.perf.metrics import metric_key, samples
 from tests.integration.fixtures.llm_repo import (
     MODEL,
     SHARED_MAX_MODEL_LEN,
@@ -63,7 +64,7 @@ def server(llm_triton: TritonServer) -> TritonServer:
 
 def _metric(server: TritonServer, name: str) -> float:
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    values = [s.value for s in samples(text) if s.name == metric_key(name) and s.labels]
     assert values, f"metric {name} missing"
     return values[0]
 
