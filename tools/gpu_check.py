@@ -265,7 +265,8 @@ def check_served(base: str, check: ServedCheck, deadline: float) -> dict[str, An
                 feeds = list(batches(check.inputs, size))
                 if check.profiles and size:
                     result["profiles"] |= {
-                        profile_for({k: v.shape for k, v in f.items()}, check.profiles) for f in feeds
+                        profile_for({k: v.shape for k, v in f.items()}, check.profiles, batching=size > 0)
+                        for f in feeds
                     }
                 got = join([infer(base, check.name, f, check.outputs) for f in feeds], batched=size > 0)
             else:

@@ -277,7 +277,9 @@ class _Job:
         )
         shutil.rmtree(staging, ignore_errors=True)
         unverified = [i for i in range(len(req.profiles)) if i not in (exercised or [])]
-        note = f" (no evaluation sample fits profiles {unverified}: not run)" if unverified else ""
+        note = (
+            f" (Triton serves no evaluation batch with profiles {unverified}: not run)" if unverified else ""
+        )
         message = "built and verified" + note
         return EngineResult(self.model.name, precision, Status.BUILT, message, plan, fp)
 

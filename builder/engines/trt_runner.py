@@ -46,7 +46,10 @@ def run_plan(
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
     feeds = list(batches(inputs, batch_size))
-    chosen = [profile_for({k: v.shape for k, v in f.items()}, profiles or []) for f in feeds]
+    chosen = [
+        profile_for({k: v.shape for k, v in f.items()}, profiles or [], batching=batch_size > 0)
+        for f in feeds
+    ]
     engine = EngineFromBytes(plan)()
     results: dict[int, dict[str, NDArray[Any]]] = {}
     for profile in sorted(set(chosen)):
@@ -69,7 +72,7 @@ def profiles_run(
     """The profiles :func:`run_all` exercises on these inputs."""
     return sorted(
         {
-            profile_for({k: v.shape for k, v in f.items()}, profiles)
+            profile_for({k: v.shape for k, v in f.items()}, profiles, batching=batch_size > 0)
             for b in verification_batches(batch_size, profiles)
             for f in batches(inputs, b)
         }

@@ -67,7 +67,7 @@ def test_a_parser_error_in_the_worker_names_the_node(trt10, tmp_path, variants, 
 
 def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, variants, a10) -> None:
     results = _plan(tmp_path, variants, a10, [Precision.FP32, Precision.FP16, Precision.INT8])
-    note = " (no evaluation sample fits profiles [1]: not run)"  # 8x8 images: profile 0 only
+    note = " (Triton serves no evaluation batch with profiles [1]: not run)"  # 8x8 images: profile 0 only
     assert [(r.precision, r.status, r.message) for r in results] == [
         (p, Status.BUILT, "built and verified" + note)
         for p in (Precision.FP32, Precision.FP16, Precision.INT8)
@@ -505,3 +505,64 @@ def test_pods_sharing_the_engine_cache_build_one_at_a_time(
     model = build_module.EngineInput(tiny_model(), variants, [Precision.FP16], Precision.FP16, None, ref)
     build_module.build_all([model], tmp_path / "cache", lambda _: None, require=False, availability=a10)
     assert held == [True]
+
+
+def _overlapping_profiles() -> list[dict]:
+    """Two profiles over the same range that differ in the opt width only (8 against 48)."""
+    wide = {"min": [3, 4, 4], "max": [3, 64, 64]}
+    return [
+        {"opt_batch": 4, "shapes": {"input": {**wide, "opt": [3, 8, 8]}}},
+        {"opt_batch": 4, "shapes": {"input": {**wide, "opt": [3, 8, 48]}}},
+    ]
+
+
+def test_overlapping_profiles_are_verified_under_the_one_triton_chooses(
+    trt10: TrtDouble, tmp_path, variants, a10
+) -> None:
+    # 8x48 images: profile 1's opt is their very shape, yet Triton's GetMostOptimizedProfile
+    # (opt dim i against request dim i - 1) serves them with profile 0, so they are run there
+    (result,) = plan_engines(
+        tiny_model(profiles=_overlapping_profiles()),
+        variants,
+        None,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=_evaluation(variants, eval_inputs_shaped(3, 8, 48, samples=20)),
+        precisions=[Precision.FP32],
+        availability=a10,
+    )
+    assert result.status is Status.BUILT, result.message
+    assert (
+        result.message == "built and verified (Triton serves no evaluation batch with profiles [1]: not run)"
+    )
+    assert {p for p, _ in trt10.named("infer")} == {0}
+    meta = read_metadata(result.plan)
+    assert meta is not None and meta.profiles_verified == [0]
+
+
+def test_the_double_runs_overlapping_profiles_only_as_triton_chooses(trt10, variants) -> None:
+    import tensorrt as trt
+    from trt_double_runner import EngineFromBytes, TrtRunner
+
+    from builder.engines.profiles import profile_shapes
+
+    plan = trt.IHostMemory(
+        trt.PLAN_MAGIC
+        + __import__("json")
+        .dumps(
+            {
+                "version": trt.__version__,
+                "onnx": str(variants[Precision.FP32]),
+                "inputs": {"input": [-1, 3, -1, -1]},
+                "profiles": [
+                    {r.name: [list(r.min), list(r.opt), list(r.max)] for r in p}
+                    for p in profile_shapes(tiny_model(profiles=_overlapping_profiles()))
+                ],
+            }
+        )
+        .encode()
+    )
+    with TrtRunner(EngineFromBytes(plan), optimization_profile=1) as runner:
+        with pytest.raises(RuntimeError, match="Triton serves them with profile 0"):
+            runner.infer({"input": np.zeros((4, 3, 8, 48), np.float32)})
+        assert list(runner.infer({"input": np.zeros((4, 3, 48, 8), np.float32)})) == ["logits"]

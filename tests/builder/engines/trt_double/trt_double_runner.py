@@ -5,7 +5,8 @@ Runtime on the CPU, after the checks TensorRT makes: the plan deserializes only
 under the TensorRT version that built it, and every input shape must lie within
 the optimization profile the execution context uses (profile 0 unless told, as
 Polygraphy's ``TrtRunner``), and that profile must be the one Triton would choose for
-those shapes (:func:`triton_profile`), so verification covers what Triton serves.
+those shapes (:func:`triton_profile`, the project's port of Triton's rule), so verification
+covers what Triton serves.
 ``install()`` (called by ``sitecustomize`` here, so in every build subprocess) puts
 these classes in place of ``EngineFromBytes`` and ``TrtRunner`` in
 ``polygraphy.backend.trt``, and of ``DeviceArray`` and ``Stream`` (host memory) and the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import sys
 import time
 from collections import OrderedDict
@@ -75,7 +77,7 @@ class TrtRunner:
         if chosen is not None and chosen != self.profile:
             raise RuntimeError(
                 f"shapes {shapes} ran under profile {self.profile}; Triton serves them with profile "
-                f"{chosen} (the nearest opt shape)"
+                f"{chosen} (GetMostOptimizedProfile)"
             )
 
     def _check_shape(self, name: str, shape: list[int]) -> None:
@@ -98,22 +100,17 @@ class TrtRunner:
 
 
 def triton_profile(profiles: list[dict[str, Any]], shapes: dict[str, list[int]]) -> int | None:
-    """Triton's TensorRT backend (GetMostOptimizedProfile): among the profiles whose min..max
-    hold every input, the one with the least sum of |opt - shape|; the first on a tie."""
-    best: tuple[int, int] | None = None
-    for index, profile in enumerate(profiles):
-        distance = 0
-        for name, (low, opt, high) in profile.items():
-            shape = shapes.get(name, [])
-            if len(shape) != len(low) or not all(
-                lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=False)
-            ):
-                break
-            distance += sum(abs(o - s) for o, s in zip(opt, shape, strict=False))
-        else:
-            if best is None or distance < best[0]:
-                best = (distance, index)
-    return None if best is None else best[1]
+    """The profile Triton's TensorRT backend runs these shapes with: the project's one port of
+    its ``GetMostOptimizedProfile`` (builder.engines.profiles). Triton's config is not in the
+    plan: ``TRT_DOUBLE_BATCHING=0`` says it has ``max_batch_size: 0`` (default: it batches)."""
+    from builder.engines.profiles import InputRange, most_optimized_profile
+
+    ranges = [
+        [InputRange(name, tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in p.items()]
+        for p in profiles
+    ]
+    batching = os.environ.get("TRT_DOUBLE_BATCHING", "1") != "0"
+    return most_optimized_profile(shapes, ranges, batching=batching)
 
 
 def triton_model_file(cc_model_filenames: dict[str, str], default: str, cc: str) -> str:
