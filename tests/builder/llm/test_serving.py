@@ -178,6 +178,7 @@ def test_the_specs_long_lane_reaches_the_model_with_both_thresholds_and_its_kv_s
     from google.protobuf.json_format import MessageToDict
 
     from builder.python_models.vllm_engine import model as m
+    from builder.python_models.vllm_engine.utils.lanes import lane_engine_args
     from builder.spec.llm import parse_llm
     from builder.targets.vllm_python import serving_settings
     from tests.builder.llm.test_llm_spec import entry
@@ -187,9 +188,9 @@ def test_the_specs_long_lane_reaches_the_model_with_both_thresholds_and_its_kv_s
     config = MessageToDict(local_config("chat", serving_settings(spec)), preserving_proto_field_name=True)
     default, long = m.parse_lanes(m.config_parameter(config, "lanes", ""))
     assert (long.min_max_tokens, long.min_prompt_tokens, long.max_num_seqs) == (300, 500, 2)
-    engine = m.lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, long)
+    engine = lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, long)
     assert engine == {"max_num_seqs": 2, "kv_cache_memory_bytes": 1 << 29}  # the lane's own KV size
-    assert m.lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, default) == {
+    assert lane_engine_args({"max_num_seqs": 8, "kv_cache_memory_bytes": 1 << 30}, default) == {
         "max_num_seqs": 8,
         "kv_cache_memory_bytes": 1 << 30,
     }

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from tests.builder.fixtures.vllm_engine import FINAL, WAIT, FakePbUtils, RecordingSender, running_model
+from tests.builder.fixtures.vllm_engine import (
+    FINAL,
+    WAIT,
+    FakePbUtils,
+    RecordingSender,
+    running_model,
+    use_fake_pb_utils,
+)
 
 
 class PendingEngine:
@@ -39,7 +46,7 @@ class PendingEngine:
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[m.TritonPythonModel]:
     """The model's request state and its sending thread, without Triton or an engine."""
-    monkeypatch.setattr(m, "pb_utils", FakePbUtils)
+    use_fake_pb_utils(monkeypatch)
     with running_model() as model:
         yield model
 

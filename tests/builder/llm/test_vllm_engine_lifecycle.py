@@ -13,12 +13,18 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from tests.builder.fixtures.vllm_engine import WAIT, FakePbUtils, RecordingSender, running_model
+from tests.builder.fixtures.vllm_engine import (
+    WAIT,
+    FakePbUtils,
+    RecordingSender,
+    running_model,
+    use_fake_pb_utils,
+)
 
 
 @pytest.fixture(autouse=True)
 def fake_pb_utils(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(m, "pb_utils", FakePbUtils)
+    use_fake_pb_utils(monkeypatch)
     FakePbUtils.reset()
     yield
     FakePbUtils.reset()

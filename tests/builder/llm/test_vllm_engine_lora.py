@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from builder.python_models.vllm_engine.contract import MULTI_LORA_FILE
+from builder.python_models.vllm_engine.utils.lora import Adapter
 from tests.builder.llm.needs import NEEDS_VLLM
 
 KNOWN = {"max_tokens", "temperature"}
@@ -53,7 +55,7 @@ def test_lora_name_is_not_a_sampling_default() -> None:
 
 def write(version: Path, table: Any) -> Path:
     version.mkdir(parents=True, exist_ok=True)
-    (version / m.MULTI_LORA_FILE).write_text(table if isinstance(table, str) else json.dumps(table))
+    (version / MULTI_LORA_FILE).write_text(table if isinstance(table, str) else json.dumps(table))
     return version
 
 
@@ -68,9 +70,9 @@ def test_adapters_are_numbered_from_1_in_file_order_relative_folders_resolved(tm
     (version / "loras" / "sea").mkdir(parents=True)
     adapters = m.parse_multi_lora(version, {"enable_lora": "true"})  # a string, as that backend reads it
     assert adapters == {
-        "sea": m.Adapter("sea", 1, str(version / "loras" / "sea")),
-        "sky": m.Adapter("sky", 2, "/abs/sky"),
-        "gone": m.Adapter("gone", 3, "missing"),  # left to vLLM (the server's working directory)
+        "sea": Adapter("sea", 1, str(version / "loras" / "sea")),
+        "sky": Adapter("sky", 2, "/abs/sky"),
+        "gone": Adapter("gone", 3, "missing"),  # left to vLLM (the server's working directory)
     }
 
 
@@ -96,7 +98,7 @@ def test_a_bad_multi_lora_json_fails_initialize_naming_the_file(
 
 
 def test_the_lora_names_parameter_must_match_multi_lora_json() -> None:
-    adapters = {"sea": m.Adapter("sea", 1, "/x")}
+    adapters = {"sea": Adapter("sea", 1, "/x")}
     m.check_lora_names("", adapters)
     m.check_lora_names('["sea"]', adapters)
     with pytest.raises(ValueError, match=r"lora_names \['sky'\] does not match .* \['sea'\]"):
@@ -106,7 +108,7 @@ def test_the_lora_names_parameter_must_match_multi_lora_json() -> None:
 
 
 def test_refusals_are_triton_vllm_backend_words() -> None:
-    adapters = {"doll": m.Adapter("doll", 1, "/d"), "sheep": m.Adapter("sheep", 2, "/s")}
+    adapters = {"doll": Adapter("doll", 1, "/d"), "sheep": Adapter("sheep", 2, "/s")}
     assert m.choose_adapter(None, adapters) is None and m.choose_adapter(None, None) is None
     assert m.choose_adapter("sheep", adapters) == adapters["sheep"]
     with pytest.raises(m.BadRequest) as unknown:
@@ -119,6 +121,6 @@ def test_refusals_are_triton_vllm_backend_words() -> None:
 
 @NEEDS_VLLM
 def test_lora_request_is_vllms() -> None:
-    request = m.lora_request(m.Adapter("sea", 2, "/x/sea"))
+    request = m.lora_request(Adapter("sea", 2, "/x/sea"))
     assert (request.lora_name, request.lora_int_id, request.lora_path) == ("sea", 2, "/x/sea")
     assert m.lora_request(None) is None

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from tests.builder.fixtures.vllm_engine import WAIT, FakePbUtils
+from builder.python_models.vllm_engine.utils import metrics as metrics_module
+from builder.python_models.vllm_engine.utils.metrics import METRICS
+from tests.builder.fixtures.vllm_engine import WAIT, FakePbUtils, use_fake_pb_utils
 
 # Triton's vLLM backend (src/utils/metrics.py), as its users' dashboards read them.
 BACKEND_BUCKETS = {
@@ -64,9 +66,9 @@ class FakeFamily:
 
 @pytest.fixture
 def families(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, FakeFamily]]:
-    monkeypatch.setattr(m, "pb_utils", FakePbUtils)
+    use_fake_pb_utils(monkeypatch)
     FakePbUtils.reset()
-    yield {spec.name: FakeFamily(spec.name) for spec in m.METRICS}
+    yield {spec.name: FakeFamily(spec.name) for spec in METRICS}
     FakePbUtils.reset()
 
 
@@ -155,7 +157,7 @@ def test_a_failing_update_is_logged_once_and_the_thread_goes_on(families: dict[s
 def test_updates_beyond_the_bound_are_dropped_not_queued(
     families: dict[str, FakeFamily], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(m, "MAX_PENDING_UPDATES", 2)
+    monkeypatch.setattr(metrics_module, "MAX_PENDING_UPDATES", 2)
     metrics = m.Metrics(families, {"model": "smollm2", "version": "1"})  # type: ignore[arg-type]
     metrics.start(max_model_len=512)
     running = only(families["vllm:num_requests_running"])

@@ -10,6 +10,13 @@ import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from builder.python_models.vllm_engine.utils.lanes import FOLDED_PRIORITY
+from builder.python_models.vllm_engine.utils.requests import (
+    DEFAULT_MAX_TOKENS,
+    SAMPLING_FIELDS,
+    STRUCTURED_FIELDS,
+)
+from builder.python_models.vllm_engine.utils.responses import logprob_outputs
 from tests.builder.llm.needs import NEEDS_VLLM
 
 KNOWN = {"max_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "seed", "n", "output_kind"}
@@ -109,7 +116,7 @@ def test_a_null_max_tokens_means_the_default() -> None:
     get = getter(text_input="x", sampling_parameters='{"max_tokens": null, "temperature": null}')
     parsed = m.parse_request(get, "", KNOWN)
     assert parsed.sampling == {}
-    assert m.check_length(10, parsed.sampling, 512) == m.DEFAULT_MAX_TOKENS
+    assert m.check_length(10, parsed.sampling, 512) == DEFAULT_MAX_TOKENS
 
 
 def test_engine_args_resolve_a_relative_checkpoint(tmp_path: Path) -> None:
@@ -194,8 +201,8 @@ def test_only_public_sampling_fields_are_accepted(key: str) -> None:
 def test_the_allowed_sampling_fields_all_exist_in_vllm() -> None:
     from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
-    assert not m.SAMPLING_FIELDS - set(SamplingParams.__struct_fields__)
-    assert not set(m.STRUCTURED_FIELDS) - set(StructuredOutputsParams.__dataclass_fields__)
+    assert not SAMPLING_FIELDS - set(SamplingParams.__struct_fields__)
+    assert not set(STRUCTURED_FIELDS) - set(StructuredOutputsParams.__dataclass_fields__)
 
 
 @NEEDS_VLLM
@@ -248,7 +255,7 @@ def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() ->
     }
     piece = NS(logprobs=[position], cumulative_logprob=-0.25)
     returns = {"return_logprobs", "return_cumulative_logprob"}
-    made = m.logprob_outputs(returns, [piece])
+    made = logprob_outputs(returns, [piece])
     assert json.loads(made["logprobs"][0][0]) == [
         {
             "7": {"logprob": -0.25, "rank": 1, "decoded_token": " a"},
@@ -257,10 +264,10 @@ def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() ->
     ]
     assert made["cumulative_logprob"] == ([-0.25], np.float32)
     # Without sampling_parameters.logprobs vLLM keeps none: "null" and NaN, as there.
-    unset = m.logprob_outputs(returns, [NS(logprobs=None, cumulative_logprob=None)])
+    unset = logprob_outputs(returns, [NS(logprobs=None, cumulative_logprob=None)])
     assert unset["logprobs"][0] == [b"null"]
     assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
-    assert m.logprob_outputs(set(), [piece]) == {}
+    assert logprob_outputs(set(), [piece]) == {}
 
 
 def test_a_long_lane_takes_a_request_whose_max_tokens_or_whose_prompt_reaches_its_threshold() -> None:
@@ -299,7 +306,7 @@ def test_lanes_fold_into_the_default_engine_where_cpus_are_too_few() -> None:
         ("default", None, False),
         ("long", None, True),
     ]
-    assert placed[1].priority == m.FOLDED_PRIORITY > 0  # after the default lane's (lower runs first)
+    assert placed[1].priority == FOLDED_PRIORITY > 0  # after the default lane's (lower runs first)
     assert "long run(s) on the default engine at lower priority" in m.placement_note(placed, 2)
     assert m.placement_note(m.place_lanes(rules, [0, 1, 2]), 3) == "lanes: default on CPUs 0, long on CPUs 1"
 

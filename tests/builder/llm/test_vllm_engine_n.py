@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from tests.builder.fixtures.vllm_engine import FakePbUtils
+from tests.builder.fixtures.vllm_engine import use_fake_pb_utils
 
 ALL = {"return_finish_reason", "return_num_output_tokens", "return_cumulative_logprob", "return_logprobs"}
 WANTED = frozenset({"text_output", "finish_reason", "num_output_tokens", "cumulative_logprob", "logprobs"})
@@ -20,7 +20,7 @@ WANTED = frozenset({"text_output", "finish_reason", "num_output_tokens", "cumula
 
 @pytest.fixture(autouse=True)
 def fake_pb_utils(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(m, "pb_utils", FakePbUtils)
+    use_fake_pb_utils(monkeypatch)
     yield
 
 

@@ -1,0 +1,1 @@
+../../../clients/vllm_engine_contract.py

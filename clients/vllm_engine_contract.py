@@ -1,0 +1,59 @@
+"""The contract of the ``vllm_engine`` Python-backend model (the ``local`` and ``cpu`` targets' LLM):
+the names the builder writes, the model reads and the clients match, declared once.
+
+This file is the only copy. The model's package links to it (``builder/python_models/vllm_engine/
+contract.py``), so the repository writer copies it beside ``model.py`` and the model imports it as a
+sibling; the builder imports it from the model's package; the clients ship it. It imports nothing, so
+each of the three may import it on its own.
+
+Most names are those of Triton's vLLM backend (the ``gpu`` target's model), which both models honour.
+"""
+
+# -- files of the version folder -------------------------------------------------------------------
+ENGINE_ARGS_FILE = "model.json"  # vLLM's engine arguments (Triton's vLLM backend's file)
+MULTI_LORA_FILE = "multi_lora.json"  # that backend's file: adapter name -> folder
+
+# -- config parameters -----------------------------------------------------------------------------
+# Triton's vLLM backend's: a model whose engine died stops serving and unloads itself (with explicit
+# model control), so that it stops being READY.
+HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
+# tritonforge's: the model's LoRA adapters (a JSON list), written only where the spec has adapters,
+# for clients that see only the config (the OpenAI endpoint lists them as models).
+LORA_NAMES = "lora_names"
+MAX_WAITING = "max_waiting_requests"  # requests allowed to wait beyond max_num_seqs
+LANES = "lanes"  # engines of their own for long jobs (a JSON list of rules)
+SAMPLING_DEFAULTS = "sampling_defaults"  # a JSON object: sampling values of requests that omit them
+
+# -- inputs ----------------------------------------------------------------------------------------
+TEXT_INPUT = "text_input"
+MESSAGES = "messages"  # tritonforge's: a JSON chat, in place of text_input
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+RETURN_FINISH_REASON = "return_finish_reason"
+RETURN_CUMULATIVE_LOGPROB = "return_cumulative_logprob"
+RETURN_LOGPROBS = "return_logprobs"
+RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
+RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+PRIORITY = "priority"  # tritonforge's: lower runs first (vLLM's convention)
+RETURNS = (
+    RETURN_FINISH_REASON,
+    RETURN_CUMULATIVE_LOGPROB,
+    RETURN_LOGPROBS,
+    RETURN_NUM_INPUT_TOKENS,
+    RETURN_NUM_OUTPUT_TOKENS,
+)
+LORA_KEY = "lora_name"  # the sampling_parameters key naming a request's adapter (that backend's)
+
+# -- outputs ---------------------------------------------------------------------------------------
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+CUMULATIVE_LOGPROB = "cumulative_logprob"
+LOGPROBS = "logprobs"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+
+# -- messages --------------------------------------------------------------------------------------
+# A request finding its lane full is refused with a message starting so; clients raise RequestRejected.
+REFUSED = "engine is full"
+UNHEALTHY = "Model is unavailable due to unhealthy vLLM engine"  # Triton's vLLM backend's words
