@@ -1,17 +1,27 @@
-"""A KServe InferenceService serving the repository with Triton.
+"""KServe objects serving the repository on the tritonforge image.
 
-With an object-store URL the predictor is KServe's Triton runtime
-(``modelFormat: triton``, ``kserve-tritonserver``) reading ``storageUri``;
-without one it is the tritonforge image itself (repository baked in, plans
-built at start). Either way tritonserver gets the same safe defaults as the
-container: model control off, restricted endpoints behind a key header.
+The pod always runs the image the Dockerfile builds (``opts.image_ref``) and its
+entrypoint: plans built for the GPU found, then tritonserver with the safe defaults.
+Without an object-store URL the predictor is that image as a custom container; with one,
+a ServingRuntime of our own carries the image, and the predictor names it with the URL as
+``storageUri`` (KServe's storage initializer copies it to /mnt/models). KServe's own
+``kserve-tritonserver`` runtime is not used: KServe puts ``runtimeVersion`` in place of the
+image's tag and merges the runtime's ``limits.cpu: "1"`` into the pod
+(tests/builder/deploy/kserve_resolve.py replays KServe's merge rules on what is written).
 
-Built as plain data; ``validate`` checks it against the ``kserve`` package's
-models (unknown or misspelt fields, wrong types, missing required fields).
+Both run as RawDeployment (a Deployment named ``<name>-predictor``; no Knative progress
+deadline cutting the plan build short, the startup probe covers it), with KServe's
+autoscaler set to ``external``: an HPA on Triton's queue time (the Kubernetes path's
+adapter rule), and for each LLM one on vLLM's waiting requests. Plans and the timing cache
+sit on the engine-cache volume, per GPU model and TensorRT version, as in k8s.py.
+
+``validate`` checks a KServe object against the CRD schema shipped in deploy/crds
+(kserve_crd.py) and the kserve package's models; the others with kubernetes-validate.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -22,8 +32,9 @@ from builder.errors import UserError
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
 
-from . import llm
+from . import k8s, kserve_crd, llm
 from .common import (
+    IMAGE_REPOSITORY,
     SHM_MOUNT,
     DeployOptions,
     Manifest,
@@ -33,70 +44,96 @@ from .common import (
     pod_security,
     probes,
     resources,
+    scrape_annotations,
     shm_volume,
-    storage_env_from,
-    triton_release,
 )
 
-KSERVE_HTTP_PORT, KSERVE_GRPC_PORT = 8080, 9000  # the ports KServe's Triton runtime uses
-RUNTIME = "kserve-tritonserver"
-NVIDIA_ENTRYPOINT = "/opt/nvidia/nvidia_entrypoint.sh"  # sets up CUDA compatibility, execs its args
-RESTRICTED = "model-repository,shared-memory,trace,logging"
-ADMIN_HEADER = "triton-admin-key"
+KSERVE_HTTP_PORT = 8080  # the port KServe routes to (Triton's gRPC stays on 8001 for the OpenAI endpoint)
+CONTAINER = "kserve-container"  # constants.InferenceServiceContainerName
+MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer puts storageUri
+MODEL_FORMAT = {"name": "triton", "version": "2"}
+PROTOCOLS = ["v2", "grpc-v2"]
+RAW_MODE = {
+    "serving.kserve.io/deploymentMode": "RawDeployment",
+    "serving.kserve.io/autoscalerClass": "external",  # the HPA below, not KServe's CPU one
+}
+WRITABLE_MODELS = {"storage.kserve.io/readonly": "false"}  # plans are published into /mnt/models
+# KServe's defaulter gives a custom container without limits.cpu its config's cpuLimit ("1" in
+# KServe's chart): one CPU throttles Triton's HTTP threads and the Python-backend stubs.
+CPU_LIMIT_FACTOR = 4
+LLM_WAITING_METRIC = "vllm_num_requests_waiting"
+LLM_WAITING_TARGET = 2  # requests waiting per pod, on average, before another pod starts
+LLM_ADAPTER_RULE = f"""\
+- seriesQuery: 'vllm:num_requests_waiting{{namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name:
+    as: {LLM_WAITING_METRIC}
+  metricsQuery: sum(vllm:num_requests_waiting{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)
+"""
 
 
-def safety_args() -> list[str]:
-    """Added to the runtime's own arguments (KServe appends a model's args to the runtime's
-    ``--model-store=/mnt/models`` and ports); $(TRITON_ADMIN_KEY) is expanded by Kubernetes."""
-    restricted = f"{RESTRICTED}:{ADMIN_HEADER}=$(TRITON_ADMIN_KEY)"
-    return [
-        "--model-control-mode=none",
-        "--allow-metrics=true",
-        f"--http-restricted-api={restricted}",
-        f"--grpc-restricted-protocol={restricted}",
-    ]
+def predictor_deployment(isvc_name: str) -> str:
+    """The Deployment KServe makes for the predictor in RawDeployment mode
+    (constants.PredictorServiceName)."""
+    return f"{isvc_name}-predictor"
 
 
-def _runtime_model(spec: Spec, opts: DeployOptions) -> Manifest:
-    """KServe's Triton runtime; the storage initializer copies storageUri to /mnt/models.
+def runtime_name(opts: DeployOptions) -> str:
+    return f"{opts.name}-triton"
 
-    Pinned to the release the plans are built for (the chart's default, 23.05, has TensorRT
-    8.6 and cannot load them), on the tritonforge image built from that release, which has
-    the Python-backend models' packages: NVIDIA's entrypoint, then the runtime's own
-    ``tritonserver --model-store=/mnt/models`` arguments."""
-    model: Manifest = {
-        "modelFormat": {"name": "triton"},
-        "runtime": RUNTIME,
-        "runtimeVersion": triton_release(),
+
+def with_cpu_limit(res: Manifest) -> Manifest:
+    out = copy.deepcopy(res)
+    cpu = int(out["requests"]["cpu"])
+    out["limits"]["cpu"] = str(cpu * CPU_LIMIT_FACTOR)
+    return out
+
+
+def _triton_container(spec: Spec, opts: DeployOptions, repository: str) -> Manifest:
+    """The tritonforge image on KServe's port: no command (the image's entrypoint builds the
+    plans, then execs tritonserver with the safe defaults and these arguments)."""
+    env = [{"name": "TRITONFORGE_REPOSITORY", "value": repository}, admin_key_env(opts, optional=True)]
+    mounts = [SHM_MOUNT]
+    if opts.gpus:  # plans built by an earlier pod on such a GPU are served, not rebuilt
+        env.append({"name": "TRITONFORGE_ENGINE_CACHE", "value": k8s.ENGINE_CACHE_MOUNT})
+        mounts.append({"name": k8s.ENGINE_CACHE, "mountPath": k8s.ENGINE_CACHE_MOUNT})
+    return {
+        "name": CONTAINER,
         "image": opts.image_ref,
-        "command": [NVIDIA_ENTRYPOINT],
-        "protocolVersion": "v2",
-        "storageUri": opts.repository_url,
-        "args": safety_args(),
-        "env": [admin_key_env(opts, optional=False)],
-        "resources": resources(spec, opts),
-        "volumeMounts": [SHM_MOUNT],
+        "args": [f"--http-port={KSERVE_HTTP_PORT}"],
+        "ports": [{"name": "http1", "containerPort": KSERVE_HTTP_PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": with_cpu_limit(resources(spec, opts)),
+        "volumeMounts": mounts,
         "securityContext": container_security(),
         **probes(KSERVE_HTTP_PORT),
     }
-    env_from = storage_env_from(opts)
-    if env_from:
-        model["envFrom"] = env_from
-    return model
 
 
-def _image_container(spec: Spec, opts: DeployOptions) -> Manifest:
-    """The tritonforge image: its entrypoint adds the safe defaults and passes these on."""
+def _pod_volumes(spec: Spec, opts: DeployOptions) -> list[Manifest]:
+    volumes = [shm_volume(spec, opts)]
+    if opts.gpus:
+        claim = {"claimName": k8s.engine_cache_claim(opts)}
+        volumes.append({"name": k8s.ENGINE_CACHE, "persistentVolumeClaim": claim})
+    return volumes
+
+
+def serving_runtime(spec: Spec, opts: DeployOptions) -> Manifest:
+    """The runtime for an object-store repository: the tritonforge image reading /mnt/models.
+    Not auto-selected: only the InferenceService that names it lands on it."""
     return {
-        "name": "kserve-container",
-        "image": opts.image_ref,
-        "args": [f"--http-port={KSERVE_HTTP_PORT}", f"--grpc-port={KSERVE_GRPC_PORT}"],
-        "ports": [{"name": "http1", "containerPort": KSERVE_HTTP_PORT, "protocol": "TCP"}],
-        "env": [admin_key_env(opts, optional=True)],
-        "resources": resources(spec, opts),
-        "volumeMounts": [SHM_MOUNT],
-        "securityContext": container_security(),
-        **probes(KSERVE_HTTP_PORT),
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {"name": runtime_name(opts), "labels": labels(opts)},
+        "spec": {
+            "supportedModelFormats": [{**MODEL_FORMAT, "autoSelect": False}],
+            "protocolVersions": PROTOCOLS,
+            "containers": [_triton_container(spec, opts, MODEL_MOUNT)],
+            "volumes": _pod_volumes(spec, opts),
+        },
     }
 
 
@@ -104,14 +141,21 @@ def inference_service(spec: Spec, opts: DeployOptions) -> Manifest:
     predictor: Manifest = {
         "minReplicas": opts.min_replicas,
         "maxReplicas": opts.max_replicas,
+        "annotations": scrape_annotations(),
         "securityContext": pod_security(),
-        "volumes": [shm_volume(spec, opts)],
     }
+    annotations = dict(RAW_MODE)
     if opts.repository_url:
-        predictor["model"] = _runtime_model(spec, opts)
+        predictor["model"] = {
+            "modelFormat": {"name": MODEL_FORMAT["name"]},
+            "runtime": runtime_name(opts),
+            "protocolVersion": "v2",
+            "storageUri": opts.repository_url,
+        }
+        annotations.update(WRITABLE_MODELS)
     else:
-        predictor["containers"] = [_image_container(spec, opts)]
-    annotations = {"serving.kserve.io/enable-prometheus-scraping": "true"}
+        predictor["containers"] = [_triton_container(spec, opts, IMAGE_REPOSITORY)]
+        predictor["volumes"] = _pod_volumes(spec, opts)
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -121,11 +165,12 @@ def inference_service(spec: Spec, opts: DeployOptions) -> Manifest:
 
 
 def _llm_container(one: LLMSpec, opts: DeployOptions) -> Manifest:
-    """The vLLM image loading one LLM (llm.py), on KServe's ports."""
+    """The vLLM image loading one LLM (llm.py), on KServe's port."""
     c = llm.container(one, opts)
-    c["name"] = "kserve-container"
-    c["args"] = [*c["args"], f"--http-port={KSERVE_HTTP_PORT}", f"--grpc-port={KSERVE_GRPC_PORT}"]
+    c["name"] = CONTAINER
+    c["args"] = [*c["args"], f"--http-port={KSERVE_HTTP_PORT}"]
     c["ports"] = [{"name": "http1", "containerPort": KSERVE_HTTP_PORT, "protocol": "TCP"}]
+    c["resources"] = with_cpu_limit(c["resources"])
     c.update(probes(KSERVE_HTTP_PORT, llm.STARTUP_SECONDS))
     return c
 
@@ -135,27 +180,68 @@ def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
     predictor: Manifest = {
         "minReplicas": opts.min_replicas,
         "maxReplicas": opts.max_replicas,
+        "annotations": scrape_annotations(),
         "securityContext": pod_security(),
         "volumes": [llm.shm_volume(one)],
         "containers": [_llm_container(one, opts)],
     }
-    annotations = {"serving.kserve.io/enable-prometheus-scraping": "true"}
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {
             "name": llm.resource_name(opts, one),
             "labels": llm.llm_labels(opts, one),
-            "annotations": annotations,
+            "annotations": dict(RAW_MODE),
         },
         "spec": {"predictor": predictor},
     }
 
 
+def autoscaler(opts: DeployOptions) -> Manifest:
+    """k8s.py's HPA on Triton's queue time, aimed at the predictor's Deployment."""
+    hpa = k8s.autoscaler(opts)
+    hpa["spec"]["scaleTargetRef"]["name"] = predictor_deployment(opts.name)
+    return hpa
+
+
+def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
+    """Scales one LLM on the requests vLLM holds waiting (its scheduler is full)."""
+    name = llm.resource_name(opts, one)
+    target = {"type": "AverageValue", "averageValue": str(LLM_WAITING_TARGET)}
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": predictor_deployment(name)}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "labels": llm.llm_labels(opts, one)},
+        "spec": {
+            "scaleTargetRef": ref,
+            "minReplicas": opts.min_replicas,
+            "maxReplicas": opts.max_replicas,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": LLM_WAITING_METRIC}, "target": target}}],
+        },
+    }
+
+
+def adapter_rules(spec: Spec, opts: DeployOptions) -> Manifest:
+    """k8s.py's Prometheus adapter rules, plus vLLM's waiting requests when the spec has LLMs."""
+    rules = k8s.adapter_rules(opts)
+    if spec.llms:
+        rules["data"]["config.yaml"] += LLM_ADAPTER_RULE
+    return rules
+
+
 def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
     out = {"inferenceservice.yaml": inference_service(spec, opts)}
+    if opts.repository_url:
+        out["servingruntime.yaml"] = serving_runtime(spec, opts)
+    if opts.gpus:  # the same claim as the Kubernetes path's (its file, written alike)
+        out["engine-cache-pvc.yaml"] = k8s.engine_cache(opts)
+    # named apart from k8s.py's files: both are written into deploy/generated
+    out["kserve-hpa.yaml"] = autoscaler(opts)
+    out["kserve-prometheus-adapter-rules.yaml"] = adapter_rules(spec, opts)
     for one in spec.llms:
         out[f"llm-{one.name}-inferenceservice.yaml"] = llm_inference_service(one, opts)
+        out[f"llm-{one.name}-kserve-hpa.yaml"] = llm_autoscaler(one, opts)
     return out
 
 
@@ -175,14 +261,29 @@ LIST = re.compile(r"^[lL]ist\[(.+)\]$")
 DICT = re.compile(r"^(?:dict\(|Dict\[)[^,]+, (.+)[)\]]$")
 
 
-def validate(doc: Manifest) -> None:
-    """Raise UserError naming the field when ``doc`` is not a valid v1beta1 InferenceService.
+KSERVE_MODELS = {  # kind -> (apiVersion, root model in the kserve package)
+    "InferenceService": ("serving.kserve.io/v1beta1", "V1beta1InferenceService"),
+    "ServingRuntime": ("serving.kserve.io/v1alpha1", "V1alpha1ServingRuntime"),
+}
 
-    The check runs in a child process: importing ``kserve`` registers its own
+
+def validate(doc: Manifest) -> None:
+    """Raise UserError naming the field when ``doc`` is not a valid object of its kind: a
+    KServe one against the shipped CRD schema and the kserve package's models (required
+    fields, enums), any other with kubernetes-validate --strict; then llm.check.
+
+    The models' check runs in a child process: importing ``kserve`` registers its own
     ``inference.*`` gRPC messages, which collide with tritonclient's in one process.
     """
-    if doc.get("apiVersion") != "serving.kserve.io/v1beta1" or doc.get("kind") != "InferenceService":
-        raise UserError("not a serving.kserve.io/v1beta1 InferenceService", field="apiVersion/kind")
+    kind = doc.get("kind")
+    if kind not in KSERVE_MODELS and str(doc.get("apiVersion", "")).startswith("serving.kserve.io/"):
+        raise UserError(f"not a KServe kind this project writes: {kind}", field="apiVersion/kind")
+    if kind not in KSERVE_MODELS:
+        k8s.validate(doc)
+        return
+    if doc.get("apiVersion") != KSERVE_MODELS[kind][0]:
+        raise UserError(f"{kind} is {KSERVE_MODELS[kind][0]}", field="apiVersion/kind")
+    kserve_crd.check(doc)
     proc = subprocess.run(
         [sys.executable, "-m", "builder.deploy.kserve"],
         input=json.dumps(doc),
@@ -201,7 +302,7 @@ def validate(doc: Manifest) -> None:
 
 
 def _validate_here(doc: Manifest) -> None:
-    _build(doc, "V1beta1InferenceService", "")
+    _build(doc, KSERVE_MODELS[doc["kind"]][1], "")
 
 
 def _model_class(name: str) -> Any:

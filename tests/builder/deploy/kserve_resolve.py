@@ -1,0 +1,182 @@
+"""The pod KServe's controller makes from an InferenceService, by KServe's own rules, ported.
+
+Ported from kserve/kserve (read 2026-12-05):
+- pkg/apis/serving/v1beta1/inference_service_defaults.go @ 647d8ed270b6327b8ae3c394265bbd631bc3ebf6
+  and predictor_custom.go @ 0217bdabaaa250485b336805da1aed04960dc758: the webhook's
+  defaulting (``setResourceRequirementDefaults``; ``CustomPredictor.Default``; ``ModelSpec.Default``
+  does nothing);
+- pkg/controller/v1beta1/inferenceservice/components/predictor.go @ 0187b4613d4d8901ce5e131e8974964b7fb7ea53:
+  ``buildPredictorResources``, ``reconcileModel`` (runtime lookup and its checks), ``buildPodSpec``;
+- pkg/controller/v1beta1/inferenceservice/utils/utils.go @ 00bd5d0669bef52785a0d4f945a741d91fd59066:
+  ``MergeRuntimeContainers`` (strategic merge, args concatenated), ``MergePodSpec``,
+  ``UpdateImageTag``;
+- pkg/utils/container_merge.go @ ec13beed11ee0448d44dcd6f18df9cfc39172fbc: ``MergeContainerWithPatch``;
+- pkg/apis/serving/v1beta1/predictor_model.go @ 00d2aa2c2869686ff0121b261a96af1aba613926:
+  ``RuntimeSupportsModel``.
+
+Strategic merge patch (k8s.io/apimachinery strategicpatch) is ported for what these objects
+hold: maps merge key by key, lists with a patchMergeKey in k8s.io/api/core/v1 merge by that key
+(base order, new entries appended), other lists and scalars are replaced by the overlay.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+Obj = dict[str, Any]
+CONTAINER = "kserve-container"
+# KServe's chart (inferenceservice-config, "resource"): what the defaulter fills in
+CHART_RESOURCE_DEFAULTS = {"cpuRequest": "1", "memoryRequest": "2Gi", "cpuLimit": "1", "memoryLimit": "2Gi"}
+# patchMergeKey of the lists in corev1.Container and corev1.PodSpec
+MERGE_KEYS = {
+    "env": "name",
+    "ports": "containerPort",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "imagePullSecrets": "name",
+}
+RUNTIME_POD_FIELDS = (  # what MergePodSpec takes from the runtime's pod spec
+    "nodeSelector", "affinity", "tolerations", "volumes", "imagePullSecrets", "schedulerName",
+    "resourceClaims",
+)  # fmt: skip
+# ModelSpec's fields that are not its inline corev1.Container
+MODEL_ONLY = ("modelFormat", "runtime", "runtimeVersion", "protocolVersion", "storageUri", "storage")
+TAG = re.compile(r"(:([\w.\-_]*))$")
+# constants.GetServerTypeFromRuntimeName for KServe's runtimes that UpdateImageTag changes
+SERVER_TYPES = {
+    "kserve-tensorflow-serving": "tensorflow-serving",
+    "kserve-torchserve": "torchserve",
+    "kserve-huggingfaceserver": "huggingface",
+}
+
+
+class ResolveError(Exception):
+    """Where KServe's controller would refuse the InferenceService."""
+
+
+def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = copy.deepcopy(base)
+        for k, v in patch.items():
+            out[k] = strategic_merge(out[k], v, k) if k in out else copy.deepcopy(v)
+        return out
+    if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
+        mk = MERGE_KEYS[key]
+        items = copy.deepcopy(base)
+        for item in patch:
+            at = next((i for i, b in enumerate(items) if b.get(mk) == item.get(mk)), None)
+            if at is None:
+                items.append(copy.deepcopy(item))
+            else:
+                items[at] = strategic_merge(items[at], item)
+        return items
+    return copy.deepcopy(patch)
+
+
+def set_resource_defaults(resources: Obj, config: dict[str, str] = CHART_RESOURCE_DEFAULTS) -> None:
+    """setResourceRequirementDefaults: each of cpu/memory the requests or limits lack."""
+    requests = resources.setdefault("requests", {})
+    limits = resources.setdefault("limits", {})
+    requests.setdefault("cpu", config["cpuRequest"])
+    requests.setdefault("memory", config["memoryRequest"])
+    limits.setdefault("cpu", config["cpuLimit"])
+    limits.setdefault("memory", config["memoryLimit"])
+
+
+def default(isvc: Obj) -> Obj:
+    """The mutating webhook: a custom predictor's first container is named and given resource
+    defaults; a model predictor is left as it is."""
+    out = copy.deepcopy(isvc)
+    predictor = out["spec"]["predictor"]
+    if "model" not in predictor:
+        containers = predictor.setdefault("containers", [{}])
+        if len(containers) == 1 or not containers[0].get("name"):
+            containers[0]["name"] = CONTAINER
+        set_resource_defaults(containers[0].setdefault("resources", {}))
+    return out
+
+
+def merge_runtime_container(runtime: Obj, isvc: Obj) -> Obj:
+    merged: Obj = strategic_merge(runtime, isvc)
+    for env in merged.get("env", []):  # reconcileEnvValueConflicts: the overlay's intent wins
+        mine = next((e for e in isvc.get("env", []) if e["name"] == env["name"]), None)
+        if mine and env.get("value") and env.get("valueFrom"):
+            env.pop("value" if "valueFrom" in mine else "valueFrom")
+    merged["name"] = merged.get("name") or runtime["name"]
+    merged["args"] = [*runtime.get("args", []), *isvc.get("args", [])]
+    if not merged["args"]:
+        del merged["args"]
+    return merged
+
+
+def update_image_tag(container: Obj, runtime_version: str | None, runtime: str) -> None:
+    image = container.get("image", "")
+    if "@sha256:" in image:
+        return
+    if runtime_version is not None:
+        container["image"] = (
+            TAG.sub(":" + runtime_version, image) if TAG.search(image) else f"{image}:{runtime_version}"
+        )
+        return
+    server = SERVER_TYPES.get(runtime, "")
+    gpu = "nvidia.com/gpu" in container.get("resources", {}).get("limits", {})
+    if server and TAG.search(image) and gpu and not image.endswith("-gpu"):
+        container["image"] = image + "-gpu"
+
+
+def _model_label_set(runtime_spec: Obj) -> set[str]:
+    labels = set()
+    for f in runtime_spec.get("supportedModelFormats", []):
+        labels.add("mt:" + f["name"])
+        if "version" in f:
+            labels.add(f"mt:{f['name']}:{f['version']}")
+    return labels
+
+
+def _predictor_pod(predictor: Obj) -> Obj:
+    skip = {  # PredictorSpec's own fields (ComponentExtensionSpec and the implementations)
+        "model", "minReplicas", "maxReplicas", "annotations", "labels", "scaleTarget", "scaleMetric",
+        "containerConcurrency", "timeout", "canaryTrafficPercent", "logger", "batcher",
+        "deploymentStrategy", "autoScaling", "workerSpec", "storageUris",
+    }  # fmt: skip
+    return {k: copy.deepcopy(v) for k, v in predictor.items() if k not in skip}
+
+
+def resolve(isvc: Obj, runtimes: dict[str, Obj]) -> Obj:
+    """The predictor pod spec for ``isvc`` (as applied, so defaulted first), given the
+    (Cluster)ServingRuntimes by name."""
+    isvc = default(isvc)
+    predictor = isvc["spec"]["predictor"]
+    model = predictor.get("model")
+    if model is None:  # custom container: the predictor's pod spec as it stands
+        return _predictor_pod(predictor)
+    name = model.get("runtime")
+    if name is None or name not in runtimes:
+        raise ResolveError(f"No ServingRuntimes or ClusterServingRuntimes with the name: {name}")
+    spec = runtimes[name]["spec"]
+    if spec.get("disabled"):
+        raise ResolveError(f"specified runtime {name} is disabled")
+    protocol = model.get("protocolVersion")
+    if protocol and spec.get("protocolVersions") and protocol not in spec["protocolVersions"]:
+        raise ResolveError(f"specified runtime {name} does not support specified protocol version")
+    fmt = model["modelFormat"]
+    label = f"mt:{fmt['name']}" + (f":{fmt['version']}" if "version" in fmt else "")
+    if label not in _model_label_set(spec):
+        raise ResolveError(f"specified runtime {name} does not support specified framework/version")
+    base = next((c for c in spec["containers"] if c["name"] == CONTAINER), None)
+    if base is None:
+        raise ResolveError(f"failed to find {CONTAINER} in ServingRuntime containers")
+    mine = {k: v for k, v in model.items() if k not in MODEL_ONLY}
+    container = merge_runtime_container(base, mine)
+    update_image_tag(container, model.get("runtimeVersion"), name)
+    runtime_pod = {k: spec[k] for k in RUNTIME_POD_FIELDS if k in spec}
+    pod: Obj = strategic_merge(runtime_pod, _predictor_pod(predictor))
+    assert isinstance(pod, dict)
+    pod["containers"] = [container]
+    pod["containers"] += [c for c in spec["containers"] if c["name"] != CONTAINER]
+    return pod
