@@ -31,12 +31,12 @@ from builder.configs import ensemble_config, label_file_name, write_config
 from builder.errors import SpecError
 from builder.factories import import_factory
 from builder.publish import clean_leftovers, publish, staging_dir
+from builder.python_models import PACKAGES, copy_sources, model_sources
 from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import FACTORY_PATTERN, PythonModelSpec, Spec, TensorSpec
 from builder.targets import ModelEntry, Target
 
 MANIFEST = "manifest.json"
-PYTHON_MODELS = Path(__file__).parent / "python_models"
 TOOLS = ("onnx", "onnxruntime", "torch", "tritonclient", "numpy", "onnxconverter-common", "onnxsim")
 Json = dict[str, object]
 
@@ -130,7 +130,7 @@ def repository_key(r: Repository) -> str:
         [(b.spec.name, [s.key for s in b.stages], b.served, b.passed) for b in r.builds],
         # The served dtype too: dtype auto's choice is a measurement, not a function of the keys.
         [(lb.spec.name, [s.key for s in lb.stages], lb.verdict.dtype.value) for lb in r.llms],
-        tree_hash(PYTHON_MODELS),
+        tree_hash(PACKAGES),
         [tree_hash(ctx.spec_dir / pm.path) for pm in spec.python_models],
         [_labels(m.outputs, ctx, m.name) for m in spec.all_models()],
         [
@@ -225,8 +225,7 @@ def _write_entry(
         (version / name).parent.mkdir(parents=True, exist_ok=True)
         _link(src, version / name)
         artifacts[f"{entry.name}/1/{name}"] = file_hash(version / name)
-    for name, src in entry.sources.items():
-        shutil.copy2(src, version / name)
+    copy_sources(entry.sources, version)
     for name, text in entry.texts.items():
         (version / name).write_text(text, encoding="utf-8")
     write_config(entry.config, model_dir)
@@ -238,10 +237,7 @@ def _write_python_model(pm: PythonModelSpec, r: Repository, root: Path) -> None:
     entry = r.target.python_model(pm)
     version = root / pm.name / "1"
     version.mkdir(parents=True)
-    source = r.ctx.spec_dir / pm.path
-    for item in source.iterdir():
-        if item.is_file() and item.suffix == ".py" and item.name != "__init__.py":
-            shutil.copy2(item, version / item.name)
+    copy_sources(model_sources(r.ctx.spec_dir / pm.path), version)
     for i, extra in enumerate(pm.files):
         path = resolve_file(extra, r.ctx.spec_file, pm.name, f"files[{i}]")
         _link(path, version / path.name)

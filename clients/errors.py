@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from .vllm_engine_contract import REFUSED
+
 
 class TritonClientError(Exception):
     """Base class of every error the clients raise."""
@@ -53,7 +55,7 @@ class SharedMemoryError(TritonClientError):
     """A system shared-memory region could not be created, registered or read."""
 
 
-_REJECTED = ("exceeds maximum queue size", "request timeout expired", "rate limit", "engine is full")
+_REJECTED = ("exceeds maximum queue size", "request timeout expired", "rate limit", REFUSED)
 _UNAVAILABLE = (
     "failed to connect",
     "connection refused",

@@ -55,7 +55,10 @@ def test_the_tree_keeps_every_contract() -> None:
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("arch")
     for package in ("builder", "clients"):
-        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+        # Links kept: a model's shared modules are links to one file (its contract, in clients/).
+        shutil.copytree(
+            ROOT / package, root / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
@@ -74,6 +77,14 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "import builder.errors",
             "Python-backend models import nothing",
         ),
+        (
+            "builder/python_models/vllm_engine/utils/lanes.py",
+            "import builder.llm.serving",
+            "Python-backend models import nothing",
+        ),
+        # The model's contract is a file of clients/ that its package links to: it must import
+        # nothing either, or the copy beside model.py would not import in the server.
+        ("clients/vllm_engine_contract.py", "import clients.errors", "Python-backend models import nothing"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(copy: Path, module: str, planted: str, contract: str) -> None:

@@ -17,11 +17,16 @@ from pathlib import Path, PurePosixPath
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, HEALTH_CHECK, LORA_NAMES, add_tensors
-from builder.llm.serving import LORA_DIR, MULTI_LORA_FILE
+from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
+from builder.llm.serving import LORA_DIR
+from builder.python_models.vllm_engine.contract import (
+    ENGINE_ARGS_FILE,
+    HEALTH_CHECK,
+    LORA_NAMES,
+    MULTI_LORA_FILE,
+)
 from builder.spec.llm import LLMSpec
 
-ENGINE_ARGS_FILE = "model.json"
 CHECKPOINT_DIR = "checkpoint"
 # Where the image serves the repository from (deploy/entrypoint.sh, TRITONFORGE_REPOSITORY).
 DEFAULT_MOUNT = PurePosixPath("/opt/tritonforge/model_repository")

@@ -3,7 +3,7 @@ every LLM config so that the server validates requests before a model sees them.
 
 The ``gpu`` target's entry (Triton's own vLLM backend) has the backend's interface; the ``local``
 model (``builder/python_models/vllm_engine``) has all of it with two additions: ``messages`` (a chat,
-in place of ``text_input``) and ``priority``.
+in place of ``text_input``) and ``priority``. The names are the model's contract's.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
+
+from builder.python_models.vllm_engine import contract as c
 
 
 @dataclass(frozen=True)
@@ -22,38 +24,27 @@ class Tensor:
 
 
 BACKEND_INPUTS = (
-    Tensor("text_input", "TYPE_STRING", optional=False),
-    Tensor("stream", "TYPE_BOOL"),
-    Tensor("sampling_parameters", "TYPE_STRING"),
-    Tensor("exclude_input_in_output", "TYPE_BOOL"),
-    Tensor("return_finish_reason", "TYPE_BOOL"),
-    Tensor("return_cumulative_logprob", "TYPE_BOOL"),
-    Tensor("return_logprobs", "TYPE_BOOL"),
-    Tensor("return_num_input_tokens", "TYPE_BOOL"),
-    Tensor("return_num_output_tokens", "TYPE_BOOL"),
+    Tensor(c.TEXT_INPUT, "TYPE_STRING", optional=False),
+    Tensor(c.STREAM, "TYPE_BOOL"),
+    Tensor(c.SAMPLING_PARAMETERS, "TYPE_STRING"),
+    Tensor(c.EXCLUDE_INPUT_IN_OUTPUT, "TYPE_BOOL"),
+    *(Tensor(name, "TYPE_BOOL") for name in c.RETURNS),
 )
 BACKEND_OUTPUTS = (
-    Tensor("text_output", "TYPE_STRING", (-1,)),
-    Tensor("finish_reason", "TYPE_STRING", (-1,)),
-    Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
-    Tensor("logprobs", "TYPE_STRING", (-1,)),
-    Tensor("num_input_tokens", "TYPE_UINT32", (1,)),
-    Tensor("num_output_tokens", "TYPE_UINT32", (-1,)),
+    Tensor(c.TEXT_OUTPUT, "TYPE_STRING", (-1,)),
+    Tensor(c.FINISH_REASON, "TYPE_STRING", (-1,)),
+    Tensor(c.CUMULATIVE_LOGPROB, "TYPE_FP32", (-1,)),
+    Tensor(c.LOGPROBS, "TYPE_STRING", (-1,)),
+    Tensor(c.NUM_INPUT_TOKENS, "TYPE_UINT32", (1,)),
+    Tensor(c.NUM_OUTPUT_TOKENS, "TYPE_UINT32", (-1,)),
 )
 LOCAL_INPUTS = (
     replace(BACKEND_INPUTS[0], optional=True),  # or ``messages``
-    Tensor("messages", "TYPE_STRING"),
+    Tensor(c.MESSAGES, "TYPE_STRING"),
     *BACKEND_INPUTS[1:],
-    Tensor("priority", "TYPE_INT32"),
+    Tensor(c.PRIORITY, "TYPE_INT32"),
 )
 LOCAL_OUTPUTS = BACKEND_OUTPUTS
-# Triton's vLLM-backend config parameter: a model whose engine died stops serving and unloads itself
-# (with explicit model control), so that it stops being READY. Both LLM models honour it.
-HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
-# tritonforge's config parameter naming a model's LoRA adapters (a JSON list), written only where
-# the spec has adapters; requests choose one as Triton's vLLM backend has it, with sampling_parameters'
-# ``lora_name``.
-LORA_NAMES = "lora_names"
 
 
 def add_tensors(cfg: ModelConfig, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:

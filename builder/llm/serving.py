@@ -2,14 +2,14 @@
 
 ``EngineArgs`` → ``model_json`` (the vLLM engine arguments, written to ``<model>/1/model.json``)
 and ``ServingSettings`` → ``local_config`` (the decoupled Python-backend ``ModelConfig`` of
-``builder/python_models/vllm_engine/model.py``, which speaks Triton's vLLM-backend interface).
+``builder/python_models/vllm_engine``, which speaks Triton's vLLM-backend interface). The file names
+and parameter keys are the model's contract's (``vllm_engine/contract.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -19,14 +19,22 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
-from builder.llm.interface import HEALTH_CHECK, LOCAL_INPUTS, LOCAL_OUTPUTS, LORA_NAMES, add_tensors
+from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
+from builder.python_models import copy_sources, model_sources, package
+from builder.python_models.vllm_engine.contract import (
+    ENGINE_ARGS_FILE,
+    HEALTH_CHECK,
+    LANES,
+    LORA_NAMES,
+    MAX_WAITING,
+    MULTI_LORA_FILE,
+    SAMPLING_DEFAULTS,
+)
 from builder.spec.llm import Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
-ENGINE_ARGS_FILE = "model.json"
-MULTI_LORA_FILE = "multi_lora.json"  # Triton's vLLM backend's name
 LORA_DIR = "loras"  # the adapters' folder in the version folder
-MODEL_SOURCE = Path(__file__).parents[1] / "python_models" / "vllm_engine" / "model.py"
+MODEL_SOURCE = package("vllm_engine") / "model.py"  # beside it, the modules of its package
 GIB = 1 << 30
 
 
@@ -206,12 +214,12 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
     add_tensors(cfg, LOCAL_INPUTS, LOCAL_OUTPUTS)
     cfg.parameters[HEALTH_CHECK].string_value = "true"
     if settings.max_waiting is not None:
-        cfg.parameters["max_waiting_requests"].string_value = str(settings.max_waiting)
+        cfg.parameters[MAX_WAITING].string_value = str(settings.max_waiting)
     if settings.lanes:
-        cfg.parameters["lanes"].string_value = json.dumps([lane.as_json() for lane in settings.lanes])
+        cfg.parameters[LANES].string_value = json.dumps([lane.as_json() for lane in settings.lanes])
     if settings.sampling is not None:
         defaults = json.dumps(settings.sampling.model_dump(mode="json"), sort_keys=True)
-        cfg.parameters["sampling_defaults"].string_value = defaults
+        cfg.parameters[SAMPLING_DEFAULTS].string_value = defaults
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     if settings.lora_names:
@@ -223,11 +231,12 @@ def write_local_model(
     model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None,
     adapters: Mapping[str, str] | None = None,
 ) -> Path:  # fmt: skip
-    """``model_dir/config.pbtxt``, ``1/model.py`` and ``1/model.json`` (and ``1/multi_lora.json``
-    naming ``adapters``' folders, given with ``engine.lora``); returns the version folder."""
+    """``model_dir/config.pbtxt``, the ``vllm_engine`` package in ``1/`` and ``1/model.json`` (and
+    ``1/multi_lora.json`` naming ``adapters``' folders, given with ``engine.lora``); returns the
+    version folder."""
     version = model_dir / "1"
     version.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(MODEL_SOURCE, version / "model.py")
+    copy_sources(model_sources(MODEL_SOURCE.parent), version)
     (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
     if adapters:
         (version / MULTI_LORA_FILE).write_text(multi_lora_json(adapters), encoding="utf-8")

@@ -22,9 +22,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from clients.errors import TritonClientError, translate
 from clients.generator import Piece, grpc_request, pieces_of
+from clients.vllm_engine_contract import LORA_NAMES
 
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
-LORA_NAMES = "lora_names"  # the config parameter naming a model's LoRA adapters (a JSON list)
 
 
 @dataclass(frozen=True)

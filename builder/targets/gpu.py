@@ -14,8 +14,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import ONNX_FILE, model_io_config, set_instances, set_warmup
 from builder.engines.profiles import opt_batches, profile_shapes, triton_profiles
 from builder.errors import SpecError, VerificationError
-from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json, gpu_multi_lora
-from builder.llm.serving import MULTI_LORA_FILE
+from builder.llm.gpu import gpu_config, gpu_model_json, gpu_multi_lora
+from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import InstanceKind, ModelSpec, Precision
 from builder.spec.engine import cc_model_filenames

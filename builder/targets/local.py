@@ -7,8 +7,6 @@ the served one.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import (
@@ -18,14 +16,15 @@ from builder.configs import (
     sequence_state_parameter,
     set_parameters,
 )
+from builder.python_models import model_sources, package
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, ModelSpec, Precision
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
-ONNX_RUNNER = Path(__file__).parents[1] / "python_models" / "onnx_runner" / "model.py"
+ONNX_RUNNER = package("onnx_runner") / "model.py"
 # A stateful model's runner: the 2.51 Python backend has no implicit state, so it keeps the states.
-ONNX_SEQUENCE = Path(__file__).parents[1] / "python_models" / "onnx_sequence" / "model.py"
+ONNX_SEQUENCE = package("onnx_sequence") / "model.py"
 
 
 class LocalTarget(Target):
@@ -39,7 +38,7 @@ class LocalTarget(Target):
             ModelEntry(
                 self.core_config(build.spec, name, variant),
                 {ONNX_FILE: build.variants[variant]},
-                {"model.py": ONNX_RUNNER if build.spec.sequence is None else ONNX_SEQUENCE},
+                model_sources((ONNX_RUNNER if build.spec.sequence is None else ONNX_SEQUENCE).parent),
                 variant=variant,
             )
             for name, variant in self.published(build).items()

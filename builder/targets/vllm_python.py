@@ -7,10 +7,8 @@ import json
 from pathlib import Path
 
 from builder.llm.serving import (
-    ENGINE_ARGS_FILE,
     LORA_DIR,
     MODEL_SOURCE,
-    MULTI_LORA_FILE,
     EngineArgs,
     Lane,
     LoRAArgs,
@@ -19,6 +17,8 @@ from builder.llm.serving import (
     model_json,
     multi_lora_json,
 )
+from builder.python_models import model_sources
+from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import LLMBuild
 from builder.spec.llm import LLMDType, LLMSpec
 from builder.targets.base import ModelEntry
@@ -27,9 +27,10 @@ CHECKPOINT_DIR = "checkpoint"
 
 
 def vllm_python_entry(build: LLMBuild) -> ModelEntry:
-    """Config, ``1/model.py``, ``1/model.json`` and the checkpoint under ``1/checkpoint/``; with
-    LoRA adapters, each under ``1/loras/<name>/`` and ``1/multi_lora.json`` naming them relative to
-    the version folder (the model resolves them there, as it does ``model``)."""
+    """Config, the ``vllm_engine`` package in ``1/`` (``model.py`` and its modules), ``1/model.json``
+    and the checkpoint under ``1/checkpoint/``; with LoRA adapters, each under ``1/loras/<name>/`` and
+    ``1/multi_lora.json`` naming them relative to the version folder (the model resolves them there,
+    as it does ``model``)."""
     spec = build.spec
     args = engine_args(spec, build.verdict.dtype)
     texts = {ENGINE_ARGS_FILE: json.dumps(model_json(args), indent=2) + "\n"}
@@ -38,7 +39,7 @@ def vllm_python_entry(build: LLMBuild) -> ModelEntry:
     return ModelEntry(
         local_config(spec.name, serving_settings(spec)),
         artifacts={**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)},
-        sources={"model.py": MODEL_SOURCE},
+        sources=model_sources(MODEL_SOURCE.parent),
         texts=texts,
     )
 

@@ -8,8 +8,9 @@ import json
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.openai_frontend.bridge import LORA_NAMES, adapter_names
+from builder.openai_frontend.bridge import adapter_names
 from builder.openai_frontend.protocol import parse_completion
+from clients.vllm_engine_contract import LORA_NAMES
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.llm.gpu import DEFAULT_MOUNT, write_gpu_entry
-from builder.llm.interface import LORA_NAMES
-from builder.llm.serving import ENGINE_ARGS_FILE, MULTI_LORA_FILE
+from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, LORA_NAMES, MULTI_LORA_FILE
 from builder.records import LLMBuild, LLMVerdict
 from builder.spec.llm import LLMDType, LLMSpec, parse_llm
 from builder.targets import TARGETS
@@ -84,6 +83,7 @@ def test_without_adapters_nothing_of_lora_is_written(tmp_path: Path, target: str
     assert not any(name.startswith("loras/") for name in entry.artifacts)
 
 
+@pytest.mark.integration
 def test_write_gpu_entry_copies_the_adapters_and_the_real_server_accepts_the_config(tmp_path: Path) -> None:
     from builder.server import TritonServer
 
