@@ -10,13 +10,15 @@ What a passing run proves, step by step (the report has one entry per step):
    tolerance, timed, and published (tritonforge engines --require-engines);
 3. rebuild: a second run with --if-stale rebuilds nothing (every plan's metadata fits
    this machine);
-4. plans: the metadata of the plans installed in the repository, and "served": the precision
-   each model's plan serves;
+4. plans: the metadata of the plans installed in the repository (plans kept for other GPUs'
+   compute capabilities too, with cc_model_filenames), and "served": the precision of the plan
+   Triton loads on this GPU (its compute capability's file, else model.plan), for each model;
 5. server (when tritonserver is on PATH): Triton loads the repository, and every core model
    (its plan) and its ONNX Runtime fallback answer the whole evaluation set, sent at each
    profile's opt batch and at the max batch (so Triton serves it under every profile) and as
-   one request per sample all at once (so its dynamic batcher forms the batches), each
-   answer compared with the reference under the tolerance of the precision served.
+   one request per sample all at once (so its dynamic batcher forms the batches: Triton's own
+   statistics for that run must count fewer executions than inferences), each answer
+   compared with the reference under the tolerance of the precision served.
 
 Exit 0 when every step that ran passed, 1 when one failed, 2 when nothing was checked.
 The budget (--budget-s, default 540: under ten minutes with the server's start) covers all
@@ -104,8 +106,12 @@ def main(argv: list[str]) -> int:
         rebuilt = [e for e in steps["rebuild"]["plans"] if e["status"] != "fresh"]
         steps["rebuild"]["rebuilt"] = rebuilt
         steps["rebuild"]["ok"] = steps["rebuild"]["ok"] and not rebuilt
-    steps["plans"] = plans(args.repo)
-    report["served"] = {p["model"]: p["precision"] for p in steps["plans"]}
+    assert found.gpu is not None
+    in_use = served_plans(args, found.gpu.compute_capability)
+    steps["plans"] = plans(args.repo, set(in_use.values()))
+    report["served"] = {
+        model: served_precision(plan) for model, plan in in_use.items() if meta(plan).is_file()
+    }
     server = shutil.which("tritonserver")
     if args.no_server or server is None:
         steps["server"] = {
@@ -113,7 +119,7 @@ def main(argv: list[str]) -> int:
             "skipped": "--no-server" if args.no_server else "no tritonserver on PATH",
         }
     elif steps["build"]["ok"] and steps.get("rebuild", {}).get("error") is None:
-        steps["server"] = serve_and_check(server, args, deadline)
+        steps["server"] = serve_and_check(server, args, deadline, in_use)
     else:
         steps["server"] = {"ok": None, "skipped": "the build did not pass"}
     report["checked"] = True
@@ -149,16 +155,35 @@ def engines(args: argparse.Namespace, deadline: float, *flags: str) -> dict[str,
     return step
 
 
-def plans(repo: Path) -> list[dict[str, Any]]:
+def served_plans(args: argparse.Namespace, compute_capability: str) -> dict[str, Path]:
+    """Model -> the plan Triton loads on a GPU of this compute capability: the file
+    cc_model_filenames maps it to when the spec asks for per-GPU plans, else model.plan."""
+    from builder.spec import load_spec
+    from builder.spec.engine import plan_filename
+
+    spec = load_spec(args.spec)
+    return {
+        m.name: args.repo / m.name / "1" / plan_filename(m.engine, compute_capability) for m in spec.models
+    }
+
+
+def meta(plan: Path) -> Path:
+    return plan.with_name(plan.name + ".json")
+
+
+def plans(repo: Path, in_use: set[Path]) -> list[dict[str, Any]]:
     out = []
     for meta_file in sorted(repo.glob("*/1/*.plan.json")):
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        data = json.loads(meta_file.read_text(encoding="utf-8"))
         keep = ("model", "precision", "tensorrt_version", "gpu_name", "compute_capability", "verification")
-        out.append({"file": str(meta_file.with_suffix("")), **{k: meta.get(k) for k in keep}})
+        plan = meta_file.with_suffix("")
+        out.append({"file": str(plan), "in_use": plan in in_use, **{k: data.get(k) for k in keep}})
     return out
 
 
-def serve_and_check(binary: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+def serve_and_check(
+    binary: str, args: argparse.Namespace, deadline: float, in_use: dict[str, Path]
+) -> dict[str, Any]:
     port = free_port()
     cmd = [binary, f"--model-repository={args.repo}", "--exit-on-error=true", "--strict-readiness=true"]
     cmd += [f"--http-port={port}", "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false"]
@@ -171,7 +196,7 @@ def serve_and_check(binary: str, args: argparse.Namespace, deadline: float) -> d
             if proc.poll() is not None or left(deadline) <= 1:
                 return {"ok": False, "error": f"the server did not become ready (log: {log})"}
             time.sleep(1)
-        results = {c.name: check_served(base, c, deadline) for c in served_checks(args)}
+        results = {c.name: check_served(base, c, deadline) for c in served_checks(args, in_use)}
         return {"ok": all(r["ok"] for r in results.values()), "log": str(log), "models": results}
     finally:
         stop_group(proc, grace_s=30)
@@ -206,7 +231,7 @@ class ServedCheck:
     profiles: list[Any]
 
 
-def served_checks(args: argparse.Namespace) -> list[ServedCheck]:
+def served_checks(args: argparse.Namespace, in_use: dict[str, Path]) -> list[ServedCheck]:
     """Every core model (its plan) and its ONNX Runtime fallback, with the evaluation set the
     build verified it on."""
     from builder.cache import cache_root
@@ -227,7 +252,7 @@ def served_checks(args: argparse.Namespace) -> list[ServedCheck]:
             inputs, reference = {k: i[k] for k in i.files}, {k: r[k] for k in r.files}
         profiles = profile_shapes(model)
         batches = verification_batches(model.max_batch_size, profiles)
-        plan = served_precision(args.repo / model.name)
+        plan = served_precision(in_use[model.name])
         fallback = Precision.FP32 if Precision.FP32 in model.tolerances else Precision(plan)
         for name, precision in ((model.name, Precision(plan)), (f"{model.name}_onnx", fallback)):
             tolerance = model.tolerances[precision]
@@ -239,11 +264,11 @@ def served_checks(args: argparse.Namespace) -> list[ServedCheck]:
     return out
 
 
-def served_precision(model_dir: Path) -> str:
-    """The precision of the plan the repository serves (its metadata), fp32 if none says."""
-    for meta in sorted(model_dir.glob("1/*.plan.json")):
-        return str(json.loads(meta.read_text(encoding="utf-8")).get("precision", "fp32"))
-    return "fp32"
+def served_precision(plan: Path) -> str:
+    """The precision of the plan Triton loads here (its metadata), fp32 if none says."""
+    if not meta(plan).is_file():
+        return "fp32"
+    return str(json.loads(meta(plan).read_text(encoding="utf-8")).get("precision", "fp32"))
 
 
 def check_served(base: str, check: ServedCheck, deadline: float) -> dict[str, Any]:
@@ -270,16 +295,36 @@ def check_served(base: str, check: ServedCheck, deadline: float) -> dict[str, An
                     }
                 got = join([infer(base, check.name, f, check.outputs) for f in feeds], batched=size > 0)
             else:
+                before = counts(base, check.name)
                 got = infer_concurrently(base, check.name, check.inputs, check.outputs)
+                batching = batched(before, counts(base, check.name), max(check.batches) > 1)
         except (RuntimeError, UnsupportedInput) as exc:  # the server's own error text is the finding
             result["runs"][label] = {"ok": False, "error": str(exc)}
             continue
         metrics, failures = compare(check.reference, got, check.tolerance, check.outputs)
         result["runs"][label] = {"ok": not failures, "failures": failures}
+        if size < 0:
+            result["runs"][label]["batching"] = batching
+            result["runs"][label]["ok"] = not failures and batching["ok"] is not False
         result["runs"][label] |= {"metrics": {k: asdict(m) for k, m in metrics.items()}}
     result["profiles"] = sorted(result["profiles"])
     result["ok"] = "error" not in result and all(r["ok"] for r in result["runs"].values())
     return result
+
+
+def counts(base: str, model: str) -> tuple[int, int]:
+    """(inferences, executions) Triton's statistics count for the model, all versions."""
+    stats = call(f"{base}/models/{model}/stats") or {}
+    found = stats.get("model_stats", [])
+    return sum(int(s["inference_count"]) for s in found), sum(int(s["execution_count"]) for s in found)
+
+
+def batched(before: tuple[int, int], after: tuple[int, int], batches: bool) -> dict[str, Any]:
+    """The dynamic-batching run batched when Triton ran fewer executions than inferences;
+    ok None for a model without a batch dimension (nothing to batch)."""
+    inferences, executions = after[0] - before[0], after[1] - before[1]
+    ok = (0 < executions < inferences) if batches else None
+    return {"ok": ok, "inference_count": inferences, "execution_count": executions}
 
 
 def infer_concurrently(

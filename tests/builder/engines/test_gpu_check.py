@@ -154,3 +154,59 @@ def test_a_gpu_host_run_builds_every_plan_then_rebuilds_none(tiny_project: Path,
     (plan,) = report["steps"]["plans"]  # the served one, installed in the repository
     assert plan["tensorrt_version"] == "10.13.0.35" and plan["verification"]
     assert report["steps"]["server"] == {"ok": None, "skipped": "--no-server"}
+
+
+def test_served_names_the_plan_of_the_gpu_in_use(tmp_path: Path, monkeypatch) -> None:
+    # Per-GPU plans (cc_model_filenames) kept side by side: the first or last file would name
+    # another GPU's plan; the one Triton loads here is this compute capability's.
+    import builder.spec
+    from builder.spec.engine import EngineOptions
+
+    tool = load_tool()
+    version = tmp_path / "repo" / "m" / "1"
+    version.mkdir(parents=True)
+    for cc, precision in (("7.5", "fp32"), ("8.6", "int8"), ("9.0", "fp16")):
+        (version / f"model.sm{cc.replace('.', '')}.plan.json").write_text(
+            json.dumps({"precision": precision})
+        )
+    engine = EngineOptions(cc_model_filenames=["7.5", "8.6", "9.0"])
+    fake = argparse.Namespace(models=[argparse.Namespace(name="m", engine=engine)])
+    monkeypatch.setattr(builder.spec, "load_spec", lambda path: fake)
+    args = argparse.Namespace(spec=tmp_path / "models.yaml", repo=tmp_path / "repo")
+    in_use = tool.served_plans(args, "8.6")
+    assert in_use == {"m": version / "model.sm86.plan"}
+    assert tool.served_precision(in_use["m"]) == "int8"
+    listed = tool.plans(args.repo, set(in_use.values()))
+    assert [(Path(p["file"]).name, p["in_use"]) for p in listed] == [
+        ("model.sm75.plan", False), ("model.sm86.plan", True), ("model.sm90.plan", False)
+    ]  # fmt: skip
+    one = EngineOptions()  # no per-GPU plans: model.plan on every GPU
+    monkeypatch.setattr(builder.spec, "load_spec", lambda path: argparse.Namespace(models=[
+        argparse.Namespace(name="m", engine=one)]))  # fmt: skip
+    assert tool.served_plans(args, "8.6") == {"m": version / "model.plan"}
+
+
+@pytest.mark.parametrize(
+    ("stats", "ok"),
+    [
+        ([(0, 0), (16, 3)], True),  # 16 requests in 3 executions: batched
+        ([(0, 0), (16, 16)], False),  # one execution per request: the batcher did not batch
+        ([(4, 4), (20, 5)], True),  # counted from before the run
+    ],
+)
+def test_the_dynamic_batching_run_must_show_batches_in_tritons_statistics(
+    monkeypatch, stats: list[tuple[int, int]], ok: bool
+) -> None:
+    tool = load_tool()
+    from builder.spec import Tolerance
+
+    x = np.ones((16, 4), np.float32)
+    replies = iter({"model_stats": [{"inference_count": i, "execution_count": e}]} for i, e in stats)
+    monkeypatch.setattr(tool, "call", lambda url, body=None: next(replies))
+    monkeypatch.setattr(tool, "infer_concurrently", lambda base, model, inputs, outputs: {"y": x})
+    served = tool.ServedCheck("m", "fp32", {"x": x}, {"y": x}, Tolerance(min_cosine=0.99), [], [], [])
+    served.batches = [8, 16]
+    result = tool.check_served("http://127.0.0.1:9/v2", served, time.monotonic() + 60)
+    run = result["runs"]["dynamic batching"]
+    assert run["batching"]["ok"] is ok and run["ok"] is ok
+    assert run["batching"]["inference_count"] == stats[1][0] - stats[0][0]
