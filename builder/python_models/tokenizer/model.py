@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .text_input import decode_texts
+
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # pragma: no cover - outside Triton
@@ -32,22 +34,6 @@ def load_tokenizer(path: str | Path, max_length: int = DEFAULT_MAX_LENGTH) -> An
     pad_id = tok.token_to_id("[PAD]")
     tok.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")
     return tok
-
-
-def decode_texts(values: NDArray[Any]) -> list[str]:
-    """A request's TEXT tensor (bytes or str objects) as strings; ValueError if it is not UTF-8 text."""
-    texts = []
-    for value in np.asarray(values, dtype=object).reshape(-1):
-        if isinstance(value, bytes):
-            try:
-                texts.append(value.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"TEXT is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        elif isinstance(value, str):
-            texts.append(value)
-        else:
-            raise ValueError(f"TEXT must be strings, got {type(value).__name__}")
-    return texts
 
 
 def encode(tokenizer: Any, texts: list[str]) -> tuple[NDArray[Any], NDArray[Any]]:

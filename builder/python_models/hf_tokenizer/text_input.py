@@ -1,0 +1,1 @@
+../shared/text_input.py
