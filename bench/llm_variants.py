@@ -1,6 +1,6 @@
 """The served LLM's per-token cost, side by side in one run: the project's ``vllm_engine`` model,
 Triton's own vLLM backend on the same tritonserver (its ``src`` folder, given with ``--backend``),
-and variants of the project's model (its model.py with a patch applied), each against vLLM's own
+and variants of the project's model (its package with a patch applied), each against vLLM's own
 OpenAI server, with ``bench.llm``'s checkpoint, dtype, engine settings, prompts and load.
 
 Every Triton model is served by one tritonserver, beside vLLM's server; each round measures every
@@ -121,12 +121,13 @@ def write_model(model_dir: Path, engine: Any) -> Path:
 
 
 def write_variant(model_dir: Path, patch: Path, engine: Any) -> None:
-    """The project's model with ``patch`` (a unified diff of its model.py) applied."""
+    """The project's model with ``patch`` (a unified diff of its package, ``a/model.py``,
+    ``a/utils/lanes.py``...) applied."""
     version = write_model(model_dir, engine)
-    done = subprocess.run(["patch", "--quiet", str(version / "model.py"), str(patch)],
+    done = subprocess.run(["patch", "--quiet", "-p1", "-d", str(version), "-i", str(patch.resolve())],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
-        raise SystemExit(f"{patch}: does not apply to model.py: {(done.stdout + done.stderr).strip()}")
+        raise SystemExit(f"{patch}: does not apply to the model: {(done.stdout + done.stderr).strip()}")
 
 
 def write_repo(

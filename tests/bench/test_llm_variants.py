@@ -52,14 +52,15 @@ def test_the_official_backend_is_served_with_its_own_interface(tmp_path: Path) -
 def test_a_variant_is_the_model_with_its_patch_and_a_patch_that_does_not_apply_stops_the_run(
     tmp_path: Path,
 ) -> None:
-    source = MODEL_SOURCE.read_text().splitlines(keepends=True)
+    module = "utils/responses.py"  # a module of the package beside model.py
+    source = (MODEL_SOURCE.parent / module).read_text().splitlines(keepends=True)
     line = next(i for i, text in enumerate(source) if text.startswith("WATCH_PERIOD = "))
     patch = tmp_path / "watch.patch"
-    patch.write_text(f"--- a/model.py\n+++ b/model.py\n@@ -{line + 1} +{line + 1} @@\n-{source[line]}"
+    patch.write_text(f"--- a/{module}\n+++ b/{module}\n@@ -{line + 1} +{line + 1} @@\n-{source[line]}"
                      "+WATCH_PERIOD = 0.5\n")  # fmt: skip
     sides = write_repo(tmp_path / "repo", tmp_path, None, {"watch": patch})
     assert [s.name for s in sides] == ["smollm2", "watch", VLLM]
-    assert "WATCH_PERIOD = 0.5\n" in (tmp_path / "repo" / "watch" / "1" / "model.py").read_text()
+    assert "WATCH_PERIOD = 0.5\n" in (tmp_path / "repo" / "watch" / "1" / module).read_text()
     patch.write_text(patch.read_text().replace("-WATCH_PERIOD", "-NO_SUCH_LINE"))
     with pytest.raises(SystemExit, match="does not apply"):
         write_repo(tmp_path / "repo", tmp_path, None, {"watch": patch})
