@@ -23,6 +23,7 @@ from builder import shared_memory  # noqa: E402
 from builder.pipeline import build  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
+from tests.process_tree import Peaks, Sampler  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "builder" / "fixtures"
 KEPT_LOGS = ROOT / ".tritonforge" / "test-logs"
@@ -203,6 +204,62 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return EnginesTogether(config, log)
 
 
+# ---------------------------------------------------------------- servers and engines where they belong
+
+# A test that starts a tritonserver carries one of these markers (the README's fast run,
+# -m "not integration and not slow", starts none), and one that starts a vLLM engine is in
+# ENGINE_MODULES. Both are checked as the server starts (whatever the path to it), so a module
+# the collection check above cannot see (an engine started through a build, a helper) fails too.
+SERVER_MARKERS = ("integration", "slow")
+# vLLM engines up at once, all in the engines scope's process: the zoo's server (`triton`), the
+# shared LLM server (`llm_triton`) and one that the module running starts for itself (a server
+# with settings of its own, or a build's verification). More fails the run (pytest_sessionfinish).
+ENGINES_AT_ONCE = 3
+ENGINE_ARGS = "model.json"  # the vllm_engine model's engine arguments, beside its model.py
+_RUNNING: list[pytest.Item] = []  # the test this process is setting up, running or tearing down
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _RUNNING.append(item)
+    yield
+    _RUNNING.remove(item)
+
+
+def serves_engine(server: TritonServer) -> bool:
+    """Whether the server loads a vLLM engine: a local-target LLM (model.py beside its engine
+    arguments) that its model control mode loads."""
+    for args in server.repo.glob(f"*/*/{ENGINE_ARGS}"):
+        name = args.parents[1].name
+        loaded = server.model_control != "explicit" or {"*", name} & set(server.load_models)
+        if loaded and (args.parent / "model.py").is_file():
+            return True
+    return False
+
+
+def server_refusal(item: pytest.Item, server: TritonServer) -> str | None:
+    """Why ``item`` may not start ``server``, if it may not."""
+    if not any(item.get_closest_marker(m) for m in SERVER_MARKERS):
+        return f"{item.nodeid} starts a tritonserver: mark it integration (or slow)"
+    module = _module(item.nodeid)
+    if module not in ENGINE_MODULES and serves_engine(server):
+        return f"{item.nodeid} starts a vLLM engine: add {module} to ENGINE_MODULES in tests/conftest.py"
+    return None
+
+
+_start = TritonServer.start
+
+
+def _checked_start(self: TritonServer, timeout: float = 120) -> None:
+    refusal = server_refusal(_RUNNING[-1], self) if _RUNNING else None
+    if refusal is not None:
+        pytest.fail(refusal, pytrace=False)
+    _start(self, timeout)
+
+
+TritonServer.start = _checked_start  # type: ignore[method-assign]
+
+
 # ---------------------------------------------------------------- a run leaves the tree as it found it
 
 
@@ -222,11 +279,18 @@ _STATUS_AT_START: list[set[str] | None] = []
 # TritonServer.stop, leave their shared memory behind (builder/shared_memory.py).
 _SHM_AT_START: list[set[str]] = []
 
+# ... and says how much memory it took: the run's processes (xdist's workers, the servers and
+# engines under them) read from /proc each second by the controller, printed after the slowest tests.
+_SAMPLER: list[Sampler] = []
+_PEAKS: list[Peaks] = []
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the run's own process checks, not each worker
         _STATUS_AT_START.append(_tree_status())
         _SHM_AT_START.append(shared_memory.shm_names())
+        _SAMPLER.append(Sampler(os.getpid()))
+        _SAMPLER[0].start()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -235,6 +299,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     clone; a developer's tree with edits in progress is not)."""
     if _SHM_AT_START:
         shared_memory.remove_orphaned(shared_memory.shm_names() - _SHM_AT_START[0])
+    if _SAMPLER:
+        _PEAKS.append(_SAMPLER.pop().stop())
+        if _PEAKS[0].engines > ENGINES_AT_ONCE:
+            _fail_run(session, too_many_engines(_PEAKS[0]))
     before = _STATUS_AT_START[0] if _STATUS_AT_START else None
     if before != set():
         return
@@ -246,9 +314,32 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     kept = str(recorded.relative_to(root)) + "/" if recorded.is_relative_to(root) else None
     changed = sorted(line for line in after - before if not (kept and line[3:].startswith(kept)))
     if changed:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        message = "the test run changed the source tree (git status --porcelain):\n  " + "\n  ".join(changed)
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line(message, red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        _fail_run(
+            session,
+            "the test run changed the source tree (git status --porcelain):\n  " + "\n  ".join(changed),
+        )
+
+
+def _fail_run(session: pytest.Session, message: str) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(message, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def too_many_engines(peaks: Peaks) -> str:
+    return (f"{peaks.engines} vLLM engines were up at once, more than ENGINES_AT_ONCE ({ENGINES_AT_ONCE}) "
+            "in tests/conftest.py; each engine's parent:\n  " + "\n  ".join(peaks.engines_seen))  # fmt: skip
+
+
+def peak_line(peaks: Peaks) -> str:
+    return (f"peak memory: {peaks.rss / 2**30:.1f} GiB resident, the run's processes together (read each "
+            f"second); vLLM engines up at once: {peaks.engines} (at most {ENGINES_AT_ONCE})")  # fmt: skip
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The run's peak memory, after --durations' slowest tests (the controller's only: it has the peaks)."""
+    if _PEAKS and not terminalreporter.config.option.collectonly:
+        terminalreporter.write_line(peak_line(_PEAKS[0]))
