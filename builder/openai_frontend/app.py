@@ -1,13 +1,15 @@
-"""The FastAPI application: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``."""
+"""The FastAPI application: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/embeddings``."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -19,7 +21,9 @@ from clients.errors import TritonClientError
 from clients.generator import Piece
 
 from . import DEFAULT_MAX_BODY_BYTES
-from .bridge import TritonBridge
+from .bridge import Route, TritonBridge
+from .embedders import Embedder
+from .embeddings import check_dimensions, parse_embedding, response
 from .protocol import (
     Call,
     OpenAIError,
@@ -30,7 +34,9 @@ from .protocol import (
     parse_json,
     unknown_model,
 )
-from .responses import Envelope, Tally, choices, chunk, usage_chunk, whole
+from .responses import Envelope, Tagged, Tally, choices, chunk, usage_chunk, whole
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_api_route("/v1/models", _list_models, methods=["GET"])
     app.add_api_route("/v1/chat/completions", _chat, methods=["POST"])
     app.add_api_route("/v1/completions", _completion, methods=["POST"])
+    app.add_api_route("/v1/embeddings", _embeddings, methods=["POST"])
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
     return app
 
@@ -68,14 +75,16 @@ def _bridge(request: Request) -> TritonBridge:
 
 async def _list_models(request: Request) -> JSONResponse:
     try:
-        models = await _bridge(request).models(fresh=True)
+        catalog = await _bridge(request).catalog(fresh=True)
     except TritonClientError as exc:
         raise from_triton(exc) from None
     data = []
-    for name, llm in models.items():
+    for name, llm in catalog.llms.items():
         data.append(Model(id=name, created=0, object="model", owned_by="tritonforge").model_dump())
         # Its LoRA adapters, as vLLM's own server lists them: their own ids, the base as parent.
         data += [_adapter_card(adapter, name) for adapter in llm.adapters]
+    data += [Model(id=name, created=0, object="model", owned_by="tritonforge").model_dump()
+             for name in catalog.embedders]  # fmt: skip
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -94,30 +103,77 @@ async def _completion(request: Request) -> Response:
 
 async def _answer(request: Request, call: Call, chat: bool) -> Response:
     bridge = _bridge(request)
-    try:
-        route = await bridge.route(call.model)
-    except TritonClientError as exc:
-        raise from_triton(exc) from None
-    if route is None:
-        raise unknown_model(call.model)
+    route = await _route(bridge, call.model)
     llm = route.llm
     if chat and not llm.chat:
         raise bad_request(f"model `{llm.name}` takes no chat messages (no `messages` input): use "
                           "/v1/completions", "messages")  # fmt: skip
-    fields = call.fields(with_priority="priority" in llm.inputs, lora_name=route.lora_name)
-    pieces = bridge.pieces(llm.name, fields)
-    env = Envelope.new(call.model, chat)  # an adapter's answers carry its name, as vLLM's do
-    # The first response decides the status: a refusal or a bad request is an error, not a stream.
+    with_priority = "priority" in llm.inputs
+    streams = [
+        bridge.pieces(llm.name, call.fields(with_priority, route.lora_name, i))
+        for i in range(len(call.prompts))
+    ]
+    env = Envelope.new(call.model or llm.name, chat)  # an adapter's answers carry its name, as vLLM's do
+    # The first responses decide the status: a refusal or a bad request is an error, not a stream.
     try:
-        first = await _first(pieces)
+        firsts = await _all([_first(s) for s in streams])
         if not call.stream:
-            rest = [p async for p in _mapped(pieces)]
-            return _json(whole(env, [p for p in (first, *rest) if p is not None]))
+            rests = await _all([_rest(s) for s in streams])
+            tagged = [
+                (i, p) for i, (f, r) in enumerate(zip(firsts, rests, strict=True)) for p in (f, *r) if p
+            ]
+            return _json(whole(env, tagged, call.n, _echoed(call)))
     except BaseException:
-        await pieces.aclose()
+        for stream in streams:
+            await stream.aclose()
         raise
-    return StreamingResponse(_events(env, call, first, pieces), media_type="text/event-stream",
+    return StreamingResponse(_events(env, call, _merged(firsts, streams)), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+def _echoed(call: Call) -> tuple[str, ...]:
+    return tuple(str(p) for p in call.prompts) if call.echo else ()
+
+
+async def _route(bridge: TritonBridge, name: str | None) -> Route:
+    """Where ``name`` goes; None: the one LLM served (as vLLM, which serves one)."""
+    try:
+        if name is None:
+            models = await bridge.models()
+            return Route(_only(models if len(models) == 1 else await bridge.models(fresh=True), "LLM"))
+        route = await bridge.route(name)
+    except TritonClientError as exc:
+        raise from_triton(exc) from None
+    if route is None:
+        raise unknown_model(name)
+    return route
+
+
+def _only(models: Mapping[str, T], kind: str) -> T:
+    if len(models) == 1:
+        return next(iter(models.values()))
+    if not models:
+        raise OpenAIError(404, f"no {kind} is served here", param="model", code="model_not_found")
+    raise bad_request(f"model is required: {len(models)} {kind}s are served ({', '.join(sorted(models))})",
+                      "model")  # fmt: skip
+
+
+async def _all(steps: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Each step's result, run together; on a failure the others are cancelled first."""
+    if len(steps) == 1:
+        return [await steps[0]]
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _rest(pieces: AsyncIterator[Piece]) -> list[Piece]:
+    return [p async for p in _mapped(pieces)]
 
 
 async def _first(pieces: AsyncGenerator[Piece, None]) -> Piece | None:
@@ -137,20 +193,19 @@ async def _mapped(pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
         raise from_triton(exc) from None
 
 
-async def _events(
-    env: Envelope, call: Call, first: Piece | None, pieces: AsyncGenerator[Piece, None]
-) -> AsyncIterator[str]:
-    tally = Tally()
+async def _events(env: Envelope, call: Call, source: AsyncGenerator[Tagged, None]) -> AsyncIterator[str]:
+    tally = Tally(call.n)
     started: set[int] = set()  # choices that had a chunk
     finished: set[int] = set()  # choices whose finish reason went out (n > 1 repeats it)
+    echo = _echoed(call)
     try:
-        source = _chain(first, pieces)
-        async for piece in source:
-            tally.add(piece)
-            for index, part in choices(piece):
+        async for prompt, piece in source:
+            tally.add(piece, prompt)
+            for index, part in choices(piece, prompt * call.n):
                 reason = None if index in finished else part.finish_reason
-                if part.text or reason or index not in started:
-                    yield _sse(chunk(env, part.text, reason, first=index not in started, index=index))
+                text = echo[prompt] + part.text if echo and index not in started else part.text
+                if text or reason or index not in started:
+                    yield _sse(chunk(env, text, reason, first=index not in started, index=index))
                     started.add(index)
                 if reason:
                     finished.add(index)
@@ -159,15 +214,86 @@ async def _events(
     except TritonClientError as exc:  # after the status line: the error goes in the stream, as vLLM's
         yield f"data: {json.dumps(from_triton(exc).body())}\n\n"
     finally:
-        await pieces.aclose()  # cancels the request if the client left
+        await source.aclose()  # cancels the requests if the client left
     yield "data: [DONE]\n\n"
 
 
-async def _chain(first: Piece | None, rest: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
-    if first is not None:
-        yield first
-    async for piece in rest:
-        yield piece
+async def _merged(
+    firsts: Sequence[Piece | None], streams: Sequence[AsyncGenerator[Piece, None]]
+) -> AsyncGenerator[Tagged, None]:
+    """Each prompt's first piece, then the rest of every stream as they come, tagged by prompt."""
+    try:
+        for i, first in enumerate(firsts):
+            if first is not None:
+                yield i, first
+        if len(streams) == 1:
+            async for piece in streams[0]:
+                yield 0, piece
+        else:
+            async for tagged in _interleaved(streams):
+                yield tagged
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+
+async def _interleaved(streams: Sequence[AsyncIterator[Piece]]) -> AsyncIterator[Tagged]:
+    queue: asyncio.Queue[tuple[int, Piece | Exception | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[Piece]) -> None:
+        try:
+            async for piece in stream:
+                await queue.put((index, piece))
+            await queue.put((index, None))
+        except Exception as exc:  # handed to the reader, which raises it
+            await queue.put((index, exc))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            index, item = await queue.get()
+            if isinstance(item, Exception):
+                raise item
+            if item is None:
+                left -= 1
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _embeddings(request: Request) -> Response:
+    call = parse_embedding(parse_json(await request.body()))
+    bridge = _bridge(request)
+    model = await _embedder(bridge, call.model)
+    check_dimensions(call, model.name, model.dims)
+    try:
+        vectors, tokens = await bridge.embed(model, call.texts)
+    except TritonClientError as exc:
+        raise from_triton(exc) from None
+    return JSONResponse(response(call.model or model.name, vectors, call.base64, tokens))
+
+
+async def _embedder(bridge: TritonBridge, name: str | None) -> Embedder:
+    try:
+        catalog = await bridge.catalog()
+        if (name is None and len(catalog.embedders) != 1) or (
+            name is not None and name not in catalog.embedders
+        ):
+            catalog = await bridge.catalog(fresh=True)
+    except TritonClientError as exc:
+        raise from_triton(exc) from None
+    if name is None:
+        return _only(catalog.embedders, "embedding model")
+    if name in catalog.embedders:
+        return catalog.embedders[name]
+    if name in catalog.llms or any(name in llm.adapters for llm in catalog.llms.values()):
+        raise bad_request(f"model `{name}` is not an embedding model (it answers /v1/completions and "
+                          "/v1/chat/completions)", "model")  # fmt: skip
+    raise unknown_model(name)
 
 
 def _sse(model: BaseModel) -> str:
@@ -183,14 +309,16 @@ class Guard:
 
     def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int) -> None:
         self.app, self.max_body_bytes = app, max_body_bytes
-        self.key = f"Bearer {api_key}".encode() if api_key else None
+        self.key = api_key.encode() if api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.key is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.key):
+        if self.key is not None and not hmac.compare_digest(
+            _bearer(headers.get(b"authorization", b"")), self.key
+        ):
             error = OpenAIError(401, "Incorrect or missing API key (send it as `Authorization: Bearer KEY`).",
                                 code="invalid_api_key")  # fmt: skip
             await _send(scope, send, error)
@@ -223,6 +351,13 @@ class Guard:
     def _too_large(self, size: str) -> OpenAIError:
         return OpenAIError(413, f"the request body ({size} bytes) exceeds the limit of {self.max_body_bytes} "
                                 "bytes (--openai-max-body-bytes)", code="request_too_large")  # fmt: skip
+
+
+def _bearer(header: bytes) -> bytes:
+    """The credentials of an ``Authorization: Bearer ...`` header (the scheme is case-insensitive,
+    RFC 7235); empty for any other header."""
+    scheme, _, token = header.strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
 
 
 def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:

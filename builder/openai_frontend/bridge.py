@@ -5,25 +5,31 @@ An LLM is a ready decoupled model with the vLLM-backend interface (``text_input`
 qualify; a model with a ``messages`` input takes chats (it renders its own chat template).
 A model's LoRA adapters (its config parameter ``lora_names``, which the builder writes beside
 ``multi_lora.json``) are models of their own here, as vLLM's own server lists them: a request
-naming one goes to its base model with that ``lora_name``.
+naming one goes to its base model with that ``lora_name``. Text-embedding models (``embedders``)
+are listed beside the LLMs and answer ``/v1/embeddings`` with one ``ModelInfer`` per batch of texts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import grpc.aio
+import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from clients.errors import TritonClientError, translate
 from clients.generator import Piece, grpc_request, pieces_of
 from clients.vllm_engine_contract import LORA_NAMES
 
+from .embedders import Embedder, embedder
+
+_DTYPES = {"FP32": "<f4", "INT64": "<i8", "INT32": "<i4"}
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
 
 
@@ -36,6 +42,14 @@ class LLM:
     @property
     def chat(self) -> bool:
         return "messages" in self.inputs
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The served models this endpoint answers for, by name."""
+
+    llms: dict[str, LLM] = field(default_factory=dict)
+    embedders: dict[str, Embedder] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,17 +81,23 @@ class TritonBridge:
     def __init__(self, url: str) -> None:
         self._channel = grpc.aio.insecure_channel(url, options=[("grpc.max_receive_message_length", -1)])
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-        self._models: dict[str, LLM] = {}
+        self._catalog = Catalog()
         self._fetched = 0.0
 
-    async def models(self, fresh: bool = False) -> Mapping[str, LLM]:
+    async def catalog(self, fresh: bool = False) -> Catalog:
         if fresh or time.monotonic() - self._fetched > REFRESH_S:
             try:
-                self._models = await self._fetch()
+                self._catalog = await self._fetch()
             except grpc.aio.AioRpcError as exc:
                 raise translate(exc) from exc
             self._fetched = time.monotonic()
-        return self._models
+        return self._catalog
+
+    async def models(self, fresh: bool = False) -> Mapping[str, LLM]:
+        return (await self.catalog(fresh)).llms
+
+    async def embedders(self, fresh: bool = False) -> Mapping[str, Embedder]:
+        return (await self.catalog(fresh)).embedders
 
     async def find(self, name: str) -> LLM | None:
         found = (await self.models()).get(name)
@@ -94,17 +114,53 @@ class TritonBridge:
                 return Route(owner, name)
         return None
 
-    async def _fetch(self) -> dict[str, LLM]:
+    async def _fetch(self) -> Catalog:
         index = await self._stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
-        found: dict[str, LLM] = {}
+        found = Catalog()
         for model in index.models:
-            if model.state != "READY" or model.name in found:
+            if model.state != "READY" or model.name in found.llms or model.name in found.embedders:
                 continue
             reply = await self._stub.ModelConfig(service_pb2.ModelConfigRequest(name=model.name))
             if is_llm(reply.config):
                 inputs = frozenset(i.name for i in reply.config.input)
-                found[model.name] = LLM(model.name, inputs, adapter_names(reply.config))
+                found.llms[model.name] = LLM(model.name, inputs, adapter_names(reply.config))
+            elif (embedding := embedder(reply.config)) is not None:
+                found.embedders[model.name] = embedding
         return found
+
+    async def embed(self, model: Embedder, texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], list[int]]:
+        """The vectors of ``texts`` ([len, D] float32) and each text's token count (0 each when the
+        model has no tokenizer step to count with); batches of the model's max_batch_size at once."""
+        size = model.batch or len(texts)
+        batches = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
+        vectors = [
+            self._texts_infer(model.name, model.text_input, model.shape_tail, b, model.output)
+            for b in batches
+        ]
+        counts = []
+        if model.tokenizer is not None:
+            tok = model.tokenizer
+            counts = [self._texts_infer(tok.model, tok.text_input, (1,), b, tok.mask_output) for b in batches]
+        try:
+            done = await asyncio.gather(*vectors, *counts)
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc) from exc
+        found = np.concatenate(done[: len(batches)]).reshape(len(texts), model.dims)
+        masks = done[len(batches) :]
+        tokens = [int(row.sum()) for mask in masks for row in mask.reshape(mask.shape[0], -1)]
+        return found.astype(np.float32, copy=False), tokens or [0] * len(texts)
+
+    async def _texts_infer(
+        self, model: str, name: str, tail: tuple[int, ...], texts: list[str], output: str
+    ) -> np.ndarray[Any, Any]:
+        request = service_pb2.ModelInferRequest(model_name=model)
+        tensor = request.inputs.add(name=name, datatype="BYTES", shape=[len(texts), *tail])
+        tensor.contents.bytes_contents.extend(t.encode("utf-8") for t in texts)
+        request.outputs.add(name=output)
+        reply = await self._stub.ModelInfer(request)
+        out = reply.outputs[0]
+        array = np.frombuffer(reply.raw_output_contents[0], dtype=_DTYPES[out.datatype])
+        return array.reshape(tuple(out.shape))
 
     async def pieces(self, model: str, fields: Mapping[str, Any]) -> AsyncGenerator[Piece, None]:
         """The model's responses to one request; closing the iterator cancels it on the server."""

@@ -1,15 +1,15 @@
 """OpenAI requests to the Triton model's inputs, and errors to OpenAI's error shape.
 
 Requests are validated with the ``openai`` package's own request types (pydantic validates its
-TypedDicts); what the model cannot do yet (log-probabilities, tools, ``echo``...) is
-refused with a 400 naming the field, never silently ignored.
+TypedDicts); what the model cannot do yet (log-probabilities, tool calls, structured outputs,
+``logit_bias``...) is refused with a 400 naming the field, never silently ignored.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai.types import completion_create_params as completion_params
@@ -36,17 +36,23 @@ EXTENSIONS = ("top_k", "min_p", "min_tokens", "ignore_eos", "repetition_penalty"
 # Fields whose effect this endpoint does not provide: refused unless at their default.
 UNSUPPORTED: Mapping[str, tuple[Any, ...]] = {
     "logprobs": (None, False),
-    "top_logprobs": (None,),
-    "echo": (None, False),
+    "top_logprobs": (None, 0),
     "best_of": (None, 1),
     "suffix": (None, ""),
     "logit_bias": (None,),
-    "tools": (None,),
-    "tool_choice": (None, "none"),
     "functions": (None,),
     "function_call": (None, "none"),
     "audio": (None,),
     "prediction": (None,),
+    # vLLM's structured-output extensions: the output would not follow them.
+    **{name: (None,) for name in ("structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                                  "guided_grammar")},
+}  # fmt: skip
+# Why, where it is not just "not supported by this endpoint".
+REASONS: Mapping[str, str] = {
+    "logprobs": "log-probabilities are not returned yet",
+    "top_logprobs": "log-probabilities are not returned yet",
+    "logit_bias": "the model's sampling_parameters would pass its token-id keys to vLLM as strings",
 }
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -77,16 +83,26 @@ def unknown_model(name: str) -> OpenAIError:
 class Call:
     """One OpenAI request as the Triton model takes it."""
 
-    model: str
-    prompt: str | list[dict[str, str]]  # text_input, or the chat as ``messages``
+    model: str | None  # None: the one LLM served
+    prompts: tuple[str, ...] | tuple[list[dict[str, str]]]  # text_input each, or the chat as ``messages``
     stream: bool
     include_usage: bool
     sampling: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # vLLM's extension field; lower runs first
+    echo: bool = False  # completions: each choice's text starts with its prompt
 
-    def fields(self, with_priority: bool, lora_name: str | None = None) -> dict[str, Any]:
-        """The model's inputs (the names of Triton's vLLM-backend interface); ``lora_name`` goes in
-        ``sampling_parameters``, where that backend reads it."""
+    @property
+    def prompt(self) -> str | list[dict[str, str]]:
+        return self.prompts[0]
+
+    @property
+    def n(self) -> int:
+        return int(self.sampling.get("n", 1))
+
+    def fields(self, with_priority: bool, lora_name: str | None = None, index: int = 0) -> dict[str, Any]:
+        """The model's inputs for prompt ``index`` (the names of Triton's vLLM-backend interface);
+        ``lora_name`` goes in ``sampling_parameters``, where that backend reads it."""
+        prompt = self.prompts[index]
         sampling = self.sampling if lora_name is None else {**self.sampling, "lora_name": lora_name}
         fields: dict[str, Any] = {
             "stream": self.stream,
@@ -96,10 +112,10 @@ class Call:
             "return_num_input_tokens": True,
             "return_num_output_tokens": True,
         }
-        if isinstance(self.prompt, str):
-            fields["text_input"] = self.prompt
+        if isinstance(prompt, str):
+            fields["text_input"] = prompt
         else:
-            fields["messages"] = json.dumps(self.prompt)
+            fields["messages"] = json.dumps(prompt)
         if with_priority and self.priority is not None:
             fields["priority"] = self.priority
         return fields
@@ -118,6 +134,9 @@ def parse_json(body: bytes) -> dict[str, Any]:
 def parse_chat(body: Mapping[str, Any]) -> Call:
     _check_roles(body.get("messages"))
     request = _validate(_CHAT, body)
+    _check_tools(body)
+    if body.get("echo"):  # vLLM's chat extension (echo the last message): not provided
+        raise bad_request("echo: True is not supported on chat completions by this endpoint", "echo")
     try:
         messages = [_message(m) for m in request["messages"]]
     except ValidationError as exc:
@@ -127,33 +146,77 @@ def parse_chat(body: Mapping[str, Any]) -> Call:
     limit = request.get("max_completion_tokens")
     if limit is None:
         limit = request.get("max_tokens")
-    return _call(body, request, messages, limit)
+    return _call(body, request, (messages,), limit)
 
 
 def parse_completion(body: Mapping[str, Any]) -> Call:
     request = _validate(_COMPLETION, body)
     prompt = request["prompt"]
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise bad_request("prompt must be one string (token ids and batches of prompts are not supported)",
-                          "prompt")  # fmt: skip
-    return _call(body, request, prompt, request.get("max_tokens"))
+    prompts = (prompt,) if isinstance(prompt, str) else tuple(prompt) if isinstance(prompt, list) else ()
+    if not prompts or not all(isinstance(p, str) for p in prompts):
+        raise bad_request("prompt must be a string or a non-empty list of strings (token-id prompts are not "
+                          "supported)", "prompt")  # fmt: skip
+    call = _call(body, request, prompts, request.get("max_tokens"))
+    return replace(call, echo=bool(request.get("echo")))
 
 
 def _validate(adapter: TypeAdapter[Any], body: Mapping[str, Any]) -> dict[str, Any]:
+    # ``model`` may be left out (vLLM then uses the one model it serves); the SDK types require it.
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request(f"model must be a string, got {model!r}", "model")
+    probe = body if model is not None else {**body, "model": ""}
     try:
-        request = dict(adapter.validate_python(body))
+        request = dict(adapter.validate_python(probe))
         request["stream"] = _STREAM_OPTIONS.validate_python(body.get("stream"))
     except ValidationError as exc:
         raise _from_validation(exc) from None
+    if body.get("stream_options") and not request["stream"]:  # as vLLM; the words are Triton's frontend's
+        raise bad_request("`stream_options` can only be used when `stream` is True", "stream_options")
+    top = body.get("top_logprobs")
+    if isinstance(top, int) and top != 0 and not body.get("logprobs"):
+        raise bad_request("`top_logprobs` can only be used when `logprobs` is True", "top_logprobs")
     for name, defaults in UNSUPPORTED.items():
-        if name in body and request.get(name) not in defaults:
-            raise bad_request(f"{name}: {body[name]!r} is not supported by this endpoint", name)
+        if name in body and not _is_default(body[name], defaults):
+            reason = REASONS.get(name, "not supported by this endpoint")
+            raise bad_request(f"{name}: {body[name]!r} is not supported ({reason})", name)
+    _check_response_format(body.get("response_format"))
     return request
 
 
-def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompt: Any, limit: int | None) -> Call:
+def _is_default(value: Any, defaults: tuple[Any, ...]) -> bool:
+    """Equal to a default of the same type (``logprobs: 0`` asks for something; False does not)."""
+    return any(type(value) is type(d) and value == d for d in defaults)
+
+
+def _check_response_format(value: Any) -> None:
+    """Only ``text``: a JSON format would not be enforced (the model takes no structured outputs
+    from this endpoint yet), and accepting it would hand back unconstrained text."""
+    kind = value.get("type") if isinstance(value, Mapping) else value
+    if value is not None and kind != "text":
+        raise bad_request(f"response_format: type {kind!r} is not supported yet (the output would not follow "
+                          "it); only 'text'", "response_format")  # fmt: skip
+
+
+def _check_tools(body: Mapping[str, Any]) -> None:
+    """vLLM's rules for ``tools``/``tool_choice``, without a tool-call parser: ``none`` answers
+    without the tools; ``auto`` (the default with tools), ``required`` or a named tool is a 400."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools == []:
+        raise bad_request("`tools` must not be an empty array. Either provide at least one tool or omit the "
+                          "field entirely.", "tools")  # fmt: skip
+    if choice is None and tools:
+        choice = "auto"
+    if choice in (None, "none"):
+        return
+    if not tools:
+        raise bad_request("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    shown = choice if isinstance(choice, str) else "a named tool"
+    message = f"tool_choice {shown!r} needs a tool-call parser, and this endpoint has none: only"
+    raise bad_request(f"{message} tool_choice 'none' (answered without the tools) is taken", "tool_choice")
+
+
+def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompts: Any, limit: int | None) -> Call:
     sampling = {k: request[k] for k in SAMPLING if request.get(k) is not None}
     sampling.update({k: body[k] for k in EXTENSIONS if body.get(k) is not None})
     if limit is not None:
@@ -168,8 +231,8 @@ def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompt: Any, limi
         raise bad_request(f"priority must be an integer, got {priority!r}", "priority")
     options = request.get("stream_options") or {}
     return Call(
-        model=str(request["model"]),
-        prompt=prompt,
+        model=str(request["model"]) or None,
+        prompts=prompts,
         stream=bool(request["stream"]),
         include_usage=bool(options.get("include_usage")),
         sampling=sampling,

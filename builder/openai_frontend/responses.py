@@ -18,6 +18,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from clients.generator import Completion, Piece
 
 Reason = Literal["stop", "length"]
+Tagged = tuple[int, Piece]  # a piece of the generation for prompt i (completions take several)
 
 
 def finish_reason(reason: str | None) -> Reason | None:
@@ -27,25 +28,27 @@ def finish_reason(reason: str | None) -> Reason | None:
     return "length" if reason == "length" else "stop"
 
 
-def choices(piece: Piece) -> list[tuple[int, Completion]]:
-    """A piece's completions by choice index (more than one with ``n`` > 1)."""
+def choices(piece: Piece, first_index: int = 0) -> list[tuple[int, Completion]]:
+    """A piece's completions by choice index (more than one with ``n`` > 1), counted from
+    ``first_index`` (prompt i's first choice is i * n, as vLLM numbers them)."""
     first = Completion(piece.text, piece.finish_reason, piece.num_output_tokens)
-    return list(enumerate((first, *piece.others)))
+    return [(first_index + i, part) for i, part in enumerate((first, *piece.others))]
 
 
 @dataclass
 class Tally:
-    """The token counts of one generation, summed over its pieces and choices (output counts are
-    deltas), and each choice's text and finish reason."""
+    """The token counts of one request's generations (one per prompt, ``n`` choices each), summed
+    over their pieces and choices (output counts are deltas), and each choice's text and reason."""
 
-    prompt: int = 0
+    n: int = 1
+    prompts: dict[int, int] = field(default_factory=dict)  # each prompt's input tokens
     completion: int = 0
     reasons: dict[int, str | None] = field(default_factory=dict)
     texts: dict[int, list[str]] = field(default_factory=dict)
 
-    def add(self, piece: Piece) -> None:
-        self.prompt = max(self.prompt, piece.num_input_tokens)
-        for index, part in choices(piece):
+    def add(self, piece: Piece, prompt: int = 0) -> None:
+        self.prompts[prompt] = max(self.prompts.get(prompt, 0), piece.num_input_tokens)
+        for index, part in choices(piece, prompt * self.n):
             self.completion += part.num_output_tokens
             self.reasons[index] = part.finish_reason or self.reasons.get(index)
             self.texts.setdefault(index, []).append(part.text)
@@ -54,9 +57,9 @@ class Tally:
         return "".join(self.texts[index]), finish_reason(self.reasons.get(index)) or "stop"
 
     def usage(self) -> CompletionUsage:
-        total = self.prompt + self.completion
+        prompt = sum(self.prompts.values())
         return CompletionUsage(
-            prompt_tokens=self.prompt, completion_tokens=self.completion, total_tokens=total
+            prompt_tokens=prompt, completion_tokens=self.completion, total_tokens=prompt + self.completion
         )
 
 
@@ -75,12 +78,18 @@ class Envelope:
         return cls(model, chat, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
 
 
-def whole(env: Envelope, pieces: Sequence[Piece]) -> ChatCompletion | OpenAICompletion:
-    tally = Tally()
-    for piece in pieces:
-        tally.add(piece)
+def whole(
+    env: Envelope, pieces: Sequence[Piece | Tagged], n: int = 1, echo: Sequence[str] = ()
+) -> ChatCompletion | OpenAICompletion:
+    """The whole answer; ``echo``: each prompt, put before its choices' texts."""
+    tally = Tally(n)
+    for item in pieces:
+        prompt, piece = item if isinstance(item, tuple) else (0, item)
+        tally.add(piece, prompt)
     indexes = sorted(tally.texts) or [0]
     tally.texts.setdefault(0, [])
+    for index in indexes if echo else ():
+        tally.texts[index].insert(0, echo[index // n])
     if env.chat:
         made = [tally.choice(i) for i in indexes]
         return ChatCompletion(

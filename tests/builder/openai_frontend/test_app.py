@@ -1,15 +1,24 @@
 """The endpoint's guard and its errors before any model answers (no LLM needed: the Triton
-address has nothing listening, so what reaches Triton is refused as unavailable)."""
+address has nothing listening, so what reaches Triton is refused as unavailable), then its
+answers over a fake bridge: several prompts, echo, a request without ``model``, embeddings."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import base64
+import json
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from builder.openai_frontend.app import Settings, create_app
+from builder.openai_frontend.bridge import LLM, Catalog, Route
+from builder.openai_frontend.embedders import Embedder
 from builder.server import find_free_port
+from clients.generator import Completion, Piece
 
 KEY = "k3y"
 LIMIT = 1024
@@ -56,3 +65,94 @@ def test_triton_unreachable_is_503(client: TestClient) -> None:
     assert reply.status_code == 503 and _error(reply)["type"] == "server_error"
     reply = client.post("/v1/completions", json={"model": "m", "prompt": "p"})
     assert reply.status_code == 503
+
+
+class FakeBridge:
+    """One LLM (``llm``: each prompt's first letter upper-cased, then "!") and one embedder."""
+
+    def __init__(self) -> None:
+        chat = frozenset({"text_input", "messages", "sampling_parameters"})
+        self._catalog = Catalog({"llm": LLM("llm", chat)}, {"emb": Embedder("emb", "TEXT", "E", 3, 2, (1,))})
+
+    async def catalog(self, fresh: bool = False) -> Catalog:
+        return self._catalog
+
+    async def models(self, fresh: bool = False) -> Mapping[str, LLM]:
+        return self._catalog.llms
+
+    async def route(self, name: str) -> Route | None:
+        llm = self._catalog.llms.get(name)
+        return None if llm is None else Route(llm)
+
+    async def pieces(self, model: str, fields: Mapping[str, Any]) -> AsyncGenerator[Piece, None]:
+        prompt, n = fields["text_input"], json.loads(fields["sampling_parameters"]).get("n", 1)
+        for text, reason in ((prompt[:1].upper(), None), ("!", "stop")):
+            await asyncio.sleep(0)
+            yield Piece(
+                text, reason, len(prompt), 1, tuple(Completion(text, reason, 1) for _ in range(n - 1))
+            )
+
+    async def embed(self, model: Embedder, texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], list[int]]:
+        return np.array([[len(t), 0.5, -1] for t in texts], dtype=np.float32), [len(t) + 2 for t in texts]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[TestClient]:
+    settings = Settings(f"127.0.0.1:{find_free_port()}", api_key=KEY)
+    app = create_app(settings)
+    with TestClient(app, headers={"Authorization": f"bearer {KEY}"}) as c:  # the scheme in lower case
+        app.state.bridge = FakeBridge()
+        yield c
+
+
+ASK = {"prompt": ["ab", "c"], "n": 2, "echo": True}  # no model: the one LLM served
+
+
+def test_several_prompts_each_n_choices_echoed(fake: TestClient) -> None:
+    reply = fake.post("/v1/completions", json=ASK)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["model"] == "llm"
+    assert [(c["index"], c["text"]) for c in body["choices"]] == [
+        (0, "abA!"),
+        (1, "abA!"),
+        (2, "cC!"),
+        (3, "cC!"),
+    ]
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}
+
+
+def test_several_prompts_streamed(fake: TestClient) -> None:
+    reply = fake.post(
+        "/v1/completions", json={**ASK, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+    texts: dict[int, str] = {}
+    reasons: dict[int, list[str]] = {}
+    for event in events[:-1]:
+        (choice,) = event["choices"]
+        texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+        if choice["finish_reason"]:
+            reasons.setdefault(choice["index"], []).append(choice["finish_reason"])
+    assert texts == {0: "abA!", 1: "abA!", 2: "cC!", 3: "cC!"}
+    assert reasons == {i: ["stop"] for i in range(4)}
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] == 3
+    assert reply.text.endswith("data: [DONE]\n\n")
+
+
+def test_embeddings_and_the_models_list(fake: TestClient) -> None:
+    assert [m["id"] for m in fake.get("/v1/models").json()["data"]] == ["llm", "emb"]
+    body = fake.post("/v1/embeddings", json={"input": ["abc", "d"], "encoding_format": "base64"}).json()
+    assert body["model"] == "emb" and body["usage"] == {"prompt_tokens": 8, "total_tokens": 8}
+    first = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), dtype="<f4")
+    assert first.tolist() == [3.0, 0.5, -1.0]
+    floats = fake.post("/v1/embeddings", json={"model": "emb", "input": "d"}).json()
+    assert floats["data"] == [{"object": "embedding", "index": 0, "embedding": [1.0, 0.5, -1.0]}]
+    wrong = fake.post("/v1/embeddings", json={"model": "llm", "input": "d"})
+    assert wrong.status_code == 400 and _error(wrong)["param"] == "model"
+    assert fake.post("/v1/embeddings", json={"model": "nope", "input": "d"}).status_code == 404
+    sized = fake.post("/v1/embeddings", json={"input": "d", "dimensions": 2})
+    assert sized.status_code == 400 and _error(sized)["param"] == "dimensions"

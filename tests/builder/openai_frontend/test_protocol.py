@@ -80,7 +80,7 @@ def test_priority_is_sent_only_to_a_model_that_takes_it() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"messages": CHAT["messages"]}, "model"),
+        ({"model": 5, "messages": CHAT["messages"]}, "model"),
         ({**CHAT, "max_tokens": "many"}, "max_tokens"),
         ({**CHAT, "temperature": "hot"}, "temperature"),
         ({**CHAT, "stream": "yes please"}, None),
@@ -88,7 +88,7 @@ def test_priority_is_sent_only_to_a_model_that_takes_it() -> None:
         ({"model": "m", "messages": []}, "messages"),
         ({**CHAT, "logprobs": True}, "logprobs"),
         ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
-        ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice"),
     ],
 )
 def test_bad_chat_requests_name_their_field(body: dict[str, Any], param: str | None) -> None:
@@ -108,9 +108,11 @@ def test_n_reaches_the_model_as_vllms_n() -> None:
     assert parse_completion({"model": "m", "prompt": "p", "n": 2}).sampling == {"n": 2}
 
 
-def test_completion_logprobs_and_echo_are_refused() -> None:
+def test_completion_logprobs_are_refused_and_echo_is_taken() -> None:
     assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 2}).param == "logprobs"
-    assert _refused(parse_completion, {"model": "m", "prompt": "p", "echo": True}).param == "echo"
+    assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 0}).param == "logprobs"
+    assert parse_completion({"model": "m", "prompt": "p", "echo": True}).echo
+    assert _refused(parse_chat, {**CHAT, "echo": True}).param == "echo"
 
 
 @pytest.mark.parametrize("body", [b"{", b"[1]", b"\xff"])
@@ -137,3 +139,60 @@ def test_triton_errors_map_to_openai_statuses(error: TritonClientError, status: 
     assert (mapped.status, mapped.kind) == (status, kind)
     assert mapped.body()["error"]["message"] == str(error)
     assert isinstance(error, RequestRejected) == (status == 429)
+
+
+def test_model_may_be_left_out() -> None:
+    """vLLM's server then uses the one model it serves; the endpoint resolves it the same way."""
+    assert parse_chat({"messages": CHAT["messages"]}).model is None
+    assert parse_completion({"prompt": "p", "model": None}).model is None
+
+
+def test_stream_options_without_stream_is_400() -> None:
+    for parse, body in ((parse_chat, CHAT), (parse_completion, {"model": "m", "prompt": "p"})):
+        error = _refused(parse, {**body, "stream_options": {"include_usage": True}})
+        assert error.param == "stream_options" and "can only be used when `stream` is True" in error.message
+    assert parse_chat({**CHAT, "stream": True, "stream_options": {"include_usage": False}}).stream
+
+
+def test_top_logprobs_without_logprobs_names_the_rule() -> None:
+    error = _refused(parse_chat, {**CHAT, "top_logprobs": 2})
+    assert "`top_logprobs` can only be used when `logprobs` is True" in error.message
+    assert "not returned yet" in _refused(parse_chat, {**CHAT, "logprobs": True, "top_logprobs": 2}).message
+
+
+@pytest.mark.parametrize(
+    "fmt", [{"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}]
+)
+def test_a_json_response_format_is_refused_never_ignored(fmt: dict[str, Any]) -> None:
+    assert _refused(parse_chat, {**CHAT, "response_format": fmt}).param == "response_format"
+    body = {"model": "m", "prompt": "p", "response_format": fmt}  # vLLM's completions extension
+    assert _refused(parse_completion, body).param == "response_format"
+    assert parse_chat({**CHAT, "response_format": {"type": "text"}}).sampling == {}
+
+
+@pytest.mark.parametrize("name", ["guided_json", "structured_outputs"])
+def test_vllm_structured_output_extensions_are_refused(name: str) -> None:
+    assert _refused(parse_completion, {"model": "m", "prompt": "p", name: {"type": "object"}}).param == name
+
+
+def test_logit_bias_is_refused_with_the_reason() -> None:
+    error = _refused(parse_chat, {**CHAT, "logit_bias": {"50256": -100}})
+    assert error.param == "logit_bias" and "token-id keys" in error.message
+
+
+def test_a_list_of_prompts_is_one_generation_each() -> None:
+    call = parse_completion({"model": "m", "prompt": ["a", "b"], "n": 2, "echo": True})
+    assert call.prompts == ("a", "b") and call.n == 2 and call.echo
+    assert [call.fields(False, index=i)["text_input"] for i in (0, 1)] == ["a", "b"]
+    for prompt in ([], [[1, 2]], [1, 2], ["a", 3]):
+        assert _refused(parse_completion, {"model": "m", "prompt": prompt}).param == "prompt"
+
+
+def test_tool_choice_none_answers_without_the_tools() -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert parse_chat({**CHAT, "tools": tools, "tool_choice": "none"}).prompt == CHAT["messages"]
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
+        error = _refused(parse_chat, {**CHAT, "tools": tools, "tool_choice": choice})
+        assert error.param == "tool_choice" and "tool-call parser" in error.message
+    assert "`tools` must be set" in _refused(parse_chat, {**CHAT, "tool_choice": "auto"}).message
+    assert _refused(parse_chat, {**CHAT, "tools": []}).param == "tools"

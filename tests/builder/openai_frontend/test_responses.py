@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from openai.types import Completion as TextCompletion
 from openai.types.chat import ChatCompletion
 
 from builder.openai_frontend.responses import Envelope, Tally, whole
@@ -24,6 +25,7 @@ def test_each_completion_is_a_choice_and_usage_counts_them_all() -> None:
     ]
     assert chat.usage is not None and (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (9, 4)
     text = whole(Envelope.new("smollm2", chat=False), pieces())
+    assert isinstance(text, TextCompletion)
     assert [(c.index, c.text) for c in text.choices] == [(0, " Paris"), (1, " Lyon")]
 
 
@@ -31,3 +33,15 @@ def test_one_completion_is_one_choice() -> None:
     tally = Tally()
     tally.add(Piece("Hi", "stop", 3, 1))
     assert tally.choice(0) == ("Hi", "stop") and sorted(tally.texts) == [0]
+
+
+def test_several_prompts_number_their_choices_as_vllm_and_sum_usage() -> None:
+    """Prompt i's choices are i * n .. i * n + n - 1; echo puts each prompt before its texts."""
+    tagged = [
+        (1, Piece("B0", "stop", 5, 1, (Completion("B1", "length", 2),))),
+        (0, Piece("A0", "stop", 3, 1, (Completion("A1", "stop", 1),))),
+    ]
+    text = whole(Envelope.new("m", chat=False), tagged, n=2, echo=("a:", "b:"))
+    assert isinstance(text, TextCompletion)
+    assert [(c.index, c.text) for c in text.choices] == [(0, "a:A0"), (1, "a:A1"), (2, "b:B0"), (3, "b:B1")]
+    assert text.usage is not None and (text.usage.prompt_tokens, text.usage.completion_tokens) == (8, 5)
