@@ -156,9 +156,10 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 # different modules are up at once. Every other module is a scope of its own (its module fixtures
 # start once). tests/test_conftest.py checks the list: a module whose tests use ENGINE_FIXTURES, or
 # that takes from LLM_REPO's helpers, must be in it; the others in it start a server on a repository
-# built from models.yaml, which has the zoo's LLM. Builds of models.yaml elsewhere (golden configs,
-# Dockerfile stages) verify the LLM with vLLM only on a cold stage cache, one build at a time (the
-# stage's lock).
+# built from models.yaml, which has the zoo's LLM, or build models.yaml (golden configs, Dockerfile
+# stages): on a cold stage cache that build verifies the LLM with two vLLM engines at once (dtype
+# auto), which in the other process made four beside this one's. Whatever starts an engine outside
+# the list fails as it starts (server_refusal, _audit below).
 ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
 LLM_REPO = "tests.integration.fixtures.llm_repo"
 ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
@@ -170,7 +171,7 @@ ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
     "integration/test_llm_health", "integration/test_llm_lanes", "integration/test_llm_lora",
     "integration/test_llm_serving", "integration/test_minilm_serving", "integration/test_openai_endpoint",
     "integration/test_overload", "integration/test_queue_bound", "integration/test_targets",
-    "integration/test_zoo_serving",
+    "integration/test_zoo_serving", "builder/test_golden_configs", "integration/test_dockerfile_stages",
 ))  # fmt: skip
 ENGINE_SCOPE = "engines"
 
@@ -208,8 +209,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 # A test that starts a tritonserver carries one of these markers (the README's fast run,
 # -m "not integration and not slow", starts none), and one that starts a vLLM engine is in
-# ENGINE_MODULES. Both are checked as the server starts (whatever the path to it), so a module
-# the collection check above cannot see (an engine started through a build, a helper) fails too.
+# ENGINE_MODULES. Both are checked as the server or the build's vLLM child starts (whatever the
+# path to it), so a module the collection check above cannot see (a build, a helper) fails too.
 SERVER_MARKERS = ("integration", "slow")
 # vLLM engines up at once, all in the engines scope's process: the zoo's server (`triton`), the
 # shared LLM server (`llm_triton`) and one that the module running starts for itself (a server
@@ -241,10 +242,29 @@ def server_refusal(item: pytest.Item, server: TritonServer) -> str | None:
     """Why ``item`` may not start ``server``, if it may not."""
     if not any(item.get_closest_marker(m) for m in SERVER_MARKERS):
         return f"{item.nodeid} starts a tritonserver: mark it integration (or slow)"
+    return engine_refusal(item, "a server's") if serves_engine(server) else None
+
+
+def engine_refusal(item: pytest.Item, whose: str) -> str | None:
+    """Why ``item`` may not start a vLLM engine (``whose``: what runs it), if it may not."""
     module = _module(item.nodeid)
-    if module not in ENGINE_MODULES and serves_engine(server):
-        return f"{item.nodeid} starts a vLLM engine: add {module} to ENGINE_MODULES in tests/conftest.py"
-    return None
+    if module in ENGINE_MODULES:
+        return None
+    return f"{item.nodeid} starts a vLLM engine ({whose}): add {module} to ENGINE_MODULES (tests/conftest.py)"
+
+
+ENGINE_RUNNER = "builder.llm.vllm_greedy"  # the child a build verifies its LLM in (builder/llm/verify.py)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """A build's vLLM child is refused as it starts (before the fork) where server_refusal cannot see it."""
+    if event != "subprocess.Popen" or not _RUNNING:
+        return
+    argv = args[1]
+    words = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else [str(argv)]
+    refusal = engine_refusal(_RUNNING[-1], "a build's verification") if ENGINE_RUNNER in words else None
+    if refusal is not None:
+        pytest.fail(refusal, pytrace=False)  # a BaseException: a build's own handlers let it through
 
 
 _start = TritonServer.start
@@ -258,6 +278,7 @@ def _checked_start(self: TritonServer, timeout: float = 120) -> None:
 
 
 TritonServer.start = _checked_start  # type: ignore[method-assign]
+sys.addaudithook(_audit)
 
 
 # ---------------------------------------------------------------- a run leaves the tree as it found it

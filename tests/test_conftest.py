@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from builder.server import TritonServer
 from tests.conftest import (
     ENGINE_MODULES,
+    ENGINE_RUNNER,
     ENGINE_SCOPE,
     ENGINES_AT_ONCE,
     ROOT,
@@ -72,6 +74,12 @@ def test_an_engine_outside_engine_modules_is_refused(request: pytest.FixtureRequ
         server_refusal(request.node, TritonServer(repo, model_control="explicit", load_models=["a"])) is None
     )
     assert server_refusal(request.node, TritonServer(tmp_path / "no_llm")) is None  # a server, no engine
+
+
+def test_a_builds_vllm_child_outside_engine_modules_is_refused_before_it_starts(tmp_path: Path) -> None:
+    with pytest.raises(pytest.fail.Exception, match=r"a build's verification\): add tests/test_conftest\.py"):
+        subprocess.Popen([sys.executable, "-m", ENGINE_RUNNER, str(tmp_path / "request.json")])
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # any other child starts
 
 
 def proc(pid: int, ppid: int, cmdline: str, mib: int = 100) -> Proc:
