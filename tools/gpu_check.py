@@ -21,6 +21,8 @@ What a passing run proves, step by step (the report has one entry per step):
    compared with the reference under the tolerance of the precision served.
 
 Exit 0 when every step that ran passed, 1 when one failed, 2 when nothing was checked.
+On a GPU host without TensorRT, `tools/gpu_check.sh --no-tensorrt` checks what can be
+checked there (tools/gpu_check_no_trt.py; its --help says what).
 The budget (--budget-s, default 540: under ten minutes with the server's start) covers all
 steps: when it runs out, the running step is stopped (tritonforge and the TensorRT build
 worker it started are killed as one process group; the server check stops before its next

@@ -10,9 +10,21 @@
 #
 #   tools/gpu_check.sh [--spec models.yaml] [--repo DIR] [--out gpu_check.json] [--budget-s 540] [--no-server]
 #
+# With --no-tensorrt, what a GPU host without TensorRT can prove, in at most 7 minutes
+# (tools/gpu_check_no_trt.py; `tools/gpu_check.sh --no-tensorrt --help` says what):
+#
+#   tools/gpu_check.sh --no-tensorrt [--spec models.yaml] [--out gpu_check_no_trt.json] [--budget-s 420]
+#
 # In the serving image: docker run --rm --gpus all --entrypoint /opt/nvidia/nvidia_entrypoint.sh \
 #   tritonforge:0.1.0 tools/gpu_check.sh --out /tmp/gpu_check.json
 # PYTHON names the interpreter (default: python3).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+for arg in "$@"; do
+  if [[ "$arg" == --no-tensorrt ]]; then
+    rest=()
+    for a in "$@"; do [[ "$a" == --no-tensorrt ]] || rest+=("$a"); done
+    exec "${PYTHON:-python3}" "$here/gpu_check_no_trt.py" ${rest[@]+"${rest[@]}"}
+  fi
+done
 exec "${PYTHON:-python3}" "$here/gpu_check.py" "$@"
