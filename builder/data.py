@@ -6,7 +6,7 @@ for models with ``max_batch_size: 0``, whose samples are then fed one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from builder.dtypes import to_numpy
-from builder.errors import DataError
+from builder.errors import DataError, ModelRefused
 from builder.factories import import_factory
 from builder.spec import DataSpec, DType, ModelSpec, Task, TensorSpec
+from builder.spec.probe import probe_record
+from builder.spec.synthetic import synthetic_array, token_ranges
 
 # Exceptions a user's reader raises for bad data; turned into one-line DataErrors.
 _READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
@@ -219,21 +221,57 @@ SAMPLE_TEXTS = (
 
 
 def synthetic_samples(
-    model: ModelSpec, count: int = SYNTHETIC_SAMPLES, *, spec_dir: Path | None = None
+    model: ModelSpec,
+    count: int = SYNTHETIC_SAMPLES,
+    *,
+    spec_dir: Path | None = None,
+    graph: Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, NDArray[Any]]:
-    """Samples for a model without evaluation data: seeded standard-normal floats and zero integers
-    (often indices or sizes) at the first profile's opt shapes; a variant is held against the
-    source graph on them. A text checkpoint's are ``SAMPLE_TEXTS`` through its tokenizer."""
+    """Samples for a model without evaluation data, at the first profile's opt shapes: seeded
+    standard-normal floats, and integers as their names and ``graph`` (the exported model) say
+    (``builder.spec.synthetic``); a variant is held against the source graph on them. A text
+    checkpoint's are ``SAMPLE_TEXTS`` through its tokenizer.
+
+    Where the spec's fill probed the opt shape with ONNX Runtime, ``log`` says so; where no shape
+    tried ran, the refusal says the samples are synthetic at a guessed shape and what fixes it."""
     if model.task is not None and model.task.text and spec_dir is not None:
         return checkpoint_tokens(model, list(SAMPLE_TEXTS[:count]), spec_dir)
+    if spec_dir is not None:
+        _probed(model, spec_dir, log)
+    vocab = _token_ranges(graph if graph is not None else _source_graph(model, spec_dir))
     rng = np.random.default_rng(SYNTHETIC_SEED)
-    out: dict[str, NDArray[Any]] = {}
-    for t in model.inputs:
-        shape = [count, *model.shape_range(t).opt]
-        if t.dtype is DType.STRING:
-            out[t.name] = np.full(shape, "", dtype=np.object_)
-        elif t.dtype.is_float:
-            out[t.name] = rng.standard_normal(shape).astype(to_numpy(t.dtype))
-        else:
-            out[t.name] = np.zeros(shape, dtype=to_numpy(t.dtype))
-    return out
+    return {
+        t.name: synthetic_array(
+            t.name, to_numpy(t.dtype), [count, *model.shape_range(t).opt], rng, vocab.get(t.name)
+        )
+        for t in model.inputs
+    }
+
+
+def _source_graph(model: ModelSpec, spec_dir: Path | None) -> Path | None:
+    if spec_dir is None or model.task is not None or not model.source.endswith(".onnx"):
+        return None
+    return spec_dir / model.source
+
+
+def _token_ranges(path: Path | None) -> dict[str, int]:
+    if path is None or not path.is_file():
+        return {}
+    import onnx
+
+    return token_ranges(onnx.load(str(path), load_external_data=False))
+
+
+def _probed(model: ModelSpec, spec_dir: Path, log: Callable[[str], None] | None) -> None:
+    """The log line for an opt shape ONNX Runtime was probed for, or the error where none ran."""
+    source = _source_graph(model, spec_dir)
+    probe = probe_record(source, model.name) if source is not None else None
+    if probe is None or any(model.shape_range(t).opt != probe.opt.get(t.name, model.shape_range(t).opt)
+                            for t in model.inputs):  # fmt: skip
+        return  # the spec's own shapes, or a fill this process did not make
+    if probe.ran:
+        if log is not None:
+            log(f"[{model.name}] {probe.describe()}")
+        return
+    raise ModelRefused(probe.describe())

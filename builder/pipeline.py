@@ -316,7 +316,7 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
     from builder.stages.verify import run_model, session
 
     if model.evaluation is None:
-        inputs = synthetic_samples(model, spec_dir=ctx.spec_dir)
+        inputs = synthetic_samples(model, spec_dir=ctx.spec_dir, graph=exported, log=ctx.log)
     else:
         inputs = load_samples(
             model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"

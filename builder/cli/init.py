@@ -21,6 +21,7 @@ import yaml
 from builder.errors import SpecError
 from builder.spec import load_spec
 from builder.spec.checkpoint import Task, read_checkpoint, task_of
+from builder.spec.probe import probe_record
 from builder.spec.graph import graph_io, load_graph, sample_shapes, spec_entry
 
 FLOAT_TYPES = {"FP32", "FP16", "FP64"}
@@ -48,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     spec_file: Path = args.append.resolve() if args.append else Path.cwd() / "models.yaml"
     entry = make_entry(args, spec_file)
+    _say_probed(entry, spec_file)
     text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None, width=100)
     if args.append is None:
         _validated(f"models:\n{_indented(text)}", spec_file)
@@ -110,6 +112,15 @@ def checkpoint_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any
 
 def _relative(path: Path, folder: Path) -> str:
     return Path(os.path.relpath(path.resolve(), folder.resolve())).as_posix()
+
+
+def _say_probed(entry: dict[str, Any], spec_file: Path) -> None:
+    """On stderr, the profile shape ONNX Runtime was probed for (or that none tried ran)."""
+    source = entry.get("source")
+    if isinstance(source, str) and source.endswith(".onnx"):
+        probe = probe_record(spec_file.parent / source, str(entry["name"]))
+        if probe is not None:
+            print(f"{spec_file}: model '{entry['name']}': {probe.describe()}", file=sys.stderr)
 
 
 def _indented(text: str) -> str:

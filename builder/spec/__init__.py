@@ -338,27 +338,34 @@ class ModelSpec(Strict, OmitsUnset):
             raise ValueError(f"'{source}' is neither a factory (package.module:function) nor an .onnx file")
         return source
 
+    @model_validator(mode="before")
+    @classmethod
+    def _scalars_as_vectors(cls, data: Any) -> Any:
+        """``dims: []`` (a graph's rank-0 tensor) in a model that does not batch is served as [1]:
+        Triton has no rank-0 tensor there, and the export reshapes (``builder.stages.scalars``),
+        as for a scalar whose dims the graph gave."""
+        if not isinstance(data, dict) or data.get("max_batch_size", 0) != 0:
+            return data
+        out = dict(data)
+        for side in ("inputs", "outputs"):
+            tensors = out.get(side)
+            if isinstance(tensors, list):
+                out[side] = [
+                    {**t, "dims": [1]} if isinstance(t, dict) and t.get("dims") == [] else t for t in tensors
+                ]
+        return out
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         _check_unique("inputs", [t.name for t in self.inputs])
         _check_unique("outputs", [t.name for t in self.outputs])
         _check_no_output_format(self.outputs)
-        self._check_no_scalars()
         _check_unique("precisions", [p.value for p in self.precisions])
         self._check_batching()
         self._check_profiles()
         self._check_precisions()
         check_sequence(self)
         return self
-
-    def _check_no_scalars(self) -> None:
-        for side, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
-            for i, t in enumerate(tensors):
-                if not t.dims and self.max_batch_size == 0:
-                    raise ValueError(
-                        f"{side}[{i}] '{t.name}': dims []: Triton serves no rank-0 tensor in a model "
-                        "that does not batch; write dims [1] (a graph's scalar is reshaped to it)"
-                    )
 
     def _check_batching(self) -> None:
         for size in self.batching.preferred_batch_sizes:

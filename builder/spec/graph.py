@@ -12,13 +12,14 @@ from __future__ import annotations
 import importlib
 import sys
 import zipfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from builder.errors import SpecError
+from builder.spec.probe import probe_shapes
 
 DEFAULT_MAX_BATCH_SIZE = 8
 # A dynamic non-batch dim without samples to size it: profile min / opt / max.
@@ -48,6 +49,7 @@ class GraphIO:
     inputs: list[GraphTensor]
     outputs: list[GraphTensor]
     opset: int
+    model: Any = field(default=None, compare=False, repr=False)  # the onnx.ModelProto, for probes
 
     def batchable(self) -> bool:
         """The first axis of every input and output is dynamic."""
@@ -79,6 +81,7 @@ def graph_io(model: Any) -> GraphIO:
         [tensor(v) for v in model.graph.input if v.name not in weights],
         [tensor(v) for v in model.graph.output],
         opset,
+        model,
     )
 
 
@@ -159,7 +162,8 @@ def without_server_tensors(io: GraphIO, sequence: dict[str, Any]) -> GraphIO:
 
 
 def spec_entry(io: GraphIO, entry: dict[str, Any], samples: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    """``entry`` completed from ``io``: what the spec states wins."""
+    """``entry`` completed from ``io``: what the spec states wins. A profile it fills has the
+    samples' sizes as opt, else a shape ONNX Runtime runs (``builder.spec.probe``)."""
     out = dict(entry)
     batch = out.setdefault("max_batch_size", DEFAULT_MAX_BATCH_SIZE if io.batchable() else 0)
     skip = 1 if isinstance(batch, int) and batch > 0 else 0
@@ -167,7 +171,9 @@ def spec_entry(io: GraphIO, entry: dict[str, Any], samples: dict[str, tuple[int,
         if side not in out:
             out[side] = [_tensor_entry(t, skip) for t in tensors]
     if "profiles" not in out:
-        shapes = _profile_shapes(out["inputs"], samples)
+        shapes, guessed = _profile_shapes(out["inputs"], samples)
+        if guessed:
+            shapes = probe_shapes(io, out, shapes, guessed)
         if shapes:
             out["profiles"] = [{"shapes": shapes}]
     if "tolerances" not in out:
@@ -183,22 +189,28 @@ def _tensor_entry(t: GraphTensor, skip: int) -> dict[str, Any]:
     return {"name": t.name, "dtype": t.dtype, "dims": dims or [1]}
 
 
-def _profile_shapes(inputs: Any, samples: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    """min / opt / max for each input with dynamic dims: the samples' size as opt where known."""
+def _profile_shapes(
+    inputs: Any, samples: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """min / opt / max for each input with dynamic dims: the samples' size as opt where known, else
+    ``DYNAMIC_OPT``; and, per input, the axes so guessed."""
     shapes: dict[str, Any] = {}
+    guessed: dict[str, list[int]] = {}
     for t in inputs if isinstance(inputs, list) else []:
         dims = t.get("dims") if isinstance(t, dict) else None
         if not isinstance(dims, list) or -1 not in dims:
             continue
         seen = samples.get(str(t.get("name")), ())
         opt = [seen[i] if len(seen) == len(dims) and d == -1 else d for i, d in enumerate(dims)]
+        if len(seen) != len(dims):
+            guessed[t["name"]] = [i for i, d in enumerate(dims) if d == -1]
         opt = [DYNAMIC_OPT if d == -1 else d for d in opt]
         shapes[t["name"]] = {
             "min": [DYNAMIC_MIN if d == -1 else d for d in dims],
             "opt": opt,
             "max": [max(DYNAMIC_MAX, o) if d == -1 else d for d, o in zip(dims, opt, strict=True)],
         }
-    return shapes
+    return shapes, guessed
 
 
 def sample_shapes(entry: dict[str, Any], spec_dir: Path) -> dict[str, tuple[int, ...]]:

@@ -67,3 +67,31 @@ def test_refusals_are_one_line_with_status_2_and_leave_the_spec_alone(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "must be the file's last section" in err
     assert spec.read_text() == before + "llms: []\n"
+
+
+def test_a_graph_that_needs_a_window_gets_the_probed_shape_written_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.builder.fixtures import guessed_shapes
+
+    f.save(guessed_shapes.audio_front_end(512), tmp_path / "front.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "front.onnx"]) == 0
+    out, err = capsys.readouterr()
+    (entry,) = yaml.safe_load(out)["models"]
+    assert entry["profiles"][0]["shapes"]["waveform"] == {"min": [512], "opt": [512], "max": [1024]}
+    assert "model 'front': dynamic dims probed with ONNX Runtime" in err and "waveform [512]" in err
+
+
+def test_a_graph_no_probed_shape_runs_gets_its_entry_and_what_to_add(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.builder.fixtures import guessed_shapes
+
+    f.save(guessed_shapes.audio_front_end(4096), tmp_path / "front.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "front.onnx"]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["models"][0]["profiles"][0]["shapes"]["waveform"]["opt"] == [64]
+    assert "synthetic samples at a guessed shape do not run" in err
+    assert "give `evaluation:` data, or `profiles:` with shapes the model runs" in err

@@ -67,7 +67,9 @@ def test_a_factory_returning_a_model_proto_is_read_too(tmp_path: Path) -> None:
     assert [t.name for t in model.outputs] == ["/model/out.1"]
 
 
-def test_explicit_rank_0_dims_without_batching_are_refused_in_one_line(tmp_path: Path) -> None:
+def test_explicit_rank_0_dims_without_batching_are_served_as_1_as_when_left_to_the_graph(
+    tmp_path: Path,
+) -> None:
     f.save(f.scalar_input_graph(), tmp_path / "scalar.onnx")
     path = _spec(
         tmp_path,
@@ -77,8 +79,11 @@ def test_explicit_rank_0_dims_without_batching_are_refused_in_one_line(tmp_path:
             {"name": "sr", "dtype": "INT64", "dims": []},
         ],
     )
-    with pytest.raises(SpecError, match=r"model 'm'.*'sr': dims \[\].*write dims \[1\]"):
-        load_spec(path)
+    model = load_spec(path).models[0]
+    assert {t.name: t.dims for t in model.inputs} == {"x": [2, 16], "sr": [1]}
+    assert model == load_spec(_spec(tmp_path, source="scalar.onnx", inputs=[
+        {"name": "x", "dtype": "FP32", "dims": [2, 16]}, {"name": "sr", "dtype": "INT64", "dims": [1]},
+    ])).models[0]  # fmt: skip
 
 
 def test_a_converter_s_map_output_is_refused_naming_it(tmp_path: Path) -> None:
