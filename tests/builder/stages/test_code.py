@@ -1,0 +1,71 @@
+"""A stage's key knows the code that makes it: editing a stage reruns that stage, and only it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.pipeline import build
+from builder.records import BuildOptions
+from builder.stages import code
+from builder.stages.code import ROOT, closure, code_fingerprint
+
+
+def names(files: set[Path]) -> set[str]:
+    return {str(f.relative_to(ROOT)) for f in files}
+
+
+def test_a_stage_s_code_is_its_module_and_the_project_modules_it_imports() -> None:
+    int8 = names(closure(("builder.stages.quantize",)))
+    assert {"builder/stages/quantize.py", "builder/stages/check.py", "builder/errors.py"} <= int8
+    assert {"builder/__init__.py", "builder/stages/__init__.py"} <= int8  # run on import
+    assert "builder/stages/fp16.py" not in int8 and "builder/pipeline.py" not in int8
+    assert "builder/stages/quantize.py" not in names(closure(("builder.stages.fp16",)))
+
+
+def test_imports_inside_functions_count_too() -> None:
+    # builder.llm.build imports builder.llm.check only inside the stage body that uses it.
+    assert "builder/llm/check.py" in names(closure(("builder.llm.build",)))
+
+
+def test_a_package_named_as_code_counts_every_module_of_it() -> None:
+    every = names(closure(("builder.llm",)))
+    assert {"builder/llm/verify.py", "builder/llm/lora.py"} <= every
+
+
+@pytest.fixture
+def edited(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Files whose code the test edits (as read by the fingerprint; the tree is not touched)."""
+    files: list[str] = []
+    real = code.read_source
+
+    def read(path: Path) -> bytes:
+        text = real(path)
+        return text + b"\n# edited\n" if str(path.relative_to(ROOT)) in files else text
+
+    monkeypatch.setattr(code, "read_source", read)
+    code_fingerprint.cache_clear()
+    yield files
+    code_fingerprint.cache_clear()
+
+
+@pytest.mark.slow
+def test_editing_a_stage_reruns_that_stage_only(tiny_project: Path, edited: list[str]) -> None:
+    def run() -> list[str]:
+        lines: list[str] = []
+        opts = BuildOptions(
+            tiny_project / "models.yaml", tiny_project / "repo", target="local", log=lines.append
+        )
+        build(opts)
+        return [line.removeprefix("[tiny] ").removesuffix(" ...") for line in lines if line.endswith(" ...")]
+
+    run()
+    assert run() == []  # nothing edited: every stage skipped
+    edited.append("builder/stages/quantize.py")
+    code_fingerprint.cache_clear()
+    assert run() == ["int8"]  # the same artifact: its verification is skipped
+    edited[:] = ["builder/stages/fp16.py"]
+    code_fingerprint.cache_clear()
+    assert run() == ["fp16"]
