@@ -200,7 +200,7 @@ def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
 def autoscaler(opts: DeployOptions) -> Manifest:
     """k8s.py's HPA on Triton's queue time, aimed at the predictor's Deployment."""
     hpa = k8s.autoscaler(opts)
-    hpa["spec"]["scaleTargetRef"]["name"] = predictor_deployment(opts.name)
+    hpa["metadata"]["name"] = hpa["spec"]["scaleTargetRef"]["name"] = predictor_deployment(opts.name)
     return hpa
 
 
@@ -212,7 +212,7 @@ def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "labels": llm.llm_labels(opts, one)},
+        "metadata": {"name": ref["name"], "labels": llm.llm_labels(opts, one)},
         "spec": {
             "scaleTargetRef": ref,
             "minReplicas": opts.min_replicas,
