@@ -19,7 +19,6 @@ from builder.deploy import k8s, kserve
 from builder.deploy.common import STARTUP_SECONDS, DeployOptions
 from builder.errors import UserError
 from builder.spec import Spec, load_spec
-
 from tests.builder.deploy.kserve_resolve import ResolveError, resolve
 
 # kserve is looked for without importing it: its gRPC protos clash with tritonclient's.
