@@ -24,7 +24,9 @@ TARGETS: dict[str, tuple[Generator, Callable[[Manifest], None], str]] = {
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("deploy", help="write Kubernetes or KServe manifests from the spec")
     p.add_argument(
-        "target", choices=sorted(TARGETS), help="k8s: Deployment, Service, HPA; kserve: an InferenceService"
+        "target",
+        choices=sorted(TARGETS),
+        help="k8s: Deployment, Service, HPA; kserve: InferenceServices (and a ServingRuntime), HPAs",
     )
     p.add_argument("--spec", type=Path, default=Path("models.yaml"))
     p.add_argument("--out", type=Path, default=Path("deploy/generated"))
