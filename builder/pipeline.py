@@ -23,13 +23,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from builder import repository
-from builder.cache import StageCache, StageResult, cache_root, file_hash, tree_hash
+from builder.cache import StageCache, StageResult, cache_root, file_hash
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import ModelRefused, SpecError, UserError, VerificationError
 from builder.failures import guarded, reason
 from builder.llm.build import build_llm, check_llm_paths
-from builder.progress import quiet
 from builder.records import (
     BuildContext,
     BuildOptions,
@@ -40,6 +39,7 @@ from builder.records import (
     ReportJson,
     VerificationReport,
 )
+from builder.sources import export, source_of
 from builder.spec import ModelSpec, Precision, Smoothing, Spec, load_spec
 from builder.stages.inputs import (
     CheckInputs,
@@ -53,7 +53,6 @@ from builder.stages.inputs import (
     VerifyInputs,
     data_fingerprint,
     int8_recipe,
-    module_fingerprint,
 )
 from builder.targets import TARGETS, Target, resolve
 from builder.targets.base import unknown_serve_targets
@@ -296,8 +295,6 @@ def _verified(
 
 
 def _export(model: ModelSpec, ctx: BuildContext, out: Path) -> Info:
-    from builder.stages.export import export
-
     path = export(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, out=out / "model.onnx")
     return _artifact(path)
 
@@ -312,7 +309,6 @@ def _check(model: ModelSpec, ctx: BuildContext, onnx_in: Path, out: Path) -> Inf
 def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -> Info:
     """Evaluation inputs and the source model's outputs on them (the verification truth)."""
     from builder.data import load_samples, synthetic_samples
-    from builder.stages.export import load_source, torch_reference
     from builder.stages.verify import run_model, session
 
     if model.evaluation is None:
@@ -322,18 +318,17 @@ def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -
             model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"
         )
     reference = None
-    source_kind = "onnx"
-    if model.source_kind != "onnx" and model.sequence is None:  # a stateful one: the ONNX loop
-        with quiet(out / "reference.log"):  # torch's and transformers' own output
-            source = load_source(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file)
-            reference = torch_reference(model, source, inputs)
-        source_kind = "pytorch" if reference is not None else "onnx"
+    if model.sequence is None:  # a stateful one is checked against the ONNX loop
+        reference = source_of(model).reference(
+            model, inputs, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, log=out / "reference.log"
+        )
+    against = "pytorch" if reference is not None else "onnx"
     if reference is None:
         reference = run_model(session(exported), model, inputs)
     np.savez(out / "inputs.npz", **inputs)
     np.savez(out / "reference.npz", **reference)
     samples = len(next(iter(inputs.values())))
-    return {"samples": samples, "against": source_kind}
+    return {"samples": samples, "against": against}
 
 
 def _fp16(fp32: Path, out: Path) -> Info:
@@ -445,18 +440,11 @@ def _report_failures(b: ModelBuild, ctx: BuildContext) -> None:
 
 
 def source_fingerprint(model: ModelSpec, ctx: BuildContext) -> str:
-    if model.source_kind == "onnx":
-        return file_hash(ctx.spec_dir / model.source)
-    if model.source_kind == "checkpoint":
-        return f"{model.task}:{tree_hash(ctx.spec_dir / model.source)}"
-    return module_fingerprint(model.source, ctx.spec_dir)
+    return source_of(model).fingerprint(model, ctx.spec_dir)
 
 
 def _check_paths(model: ModelSpec, ctx: BuildContext) -> None:
-    if model.source_kind == "onnx" and not (ctx.spec_dir / model.source).is_file():
-        raise SpecError(
-            f"ONNX file '{model.source}' not found", file=ctx.spec_file, model=model.name, field="source"
-        )
+    source_of(model).check_paths(model, ctx.spec_dir, ctx.spec_file)
     for section, data in (("evaluation", model.evaluation), ("calibration", model.calibration)):
         if data is not None and data.data is not None and not (ctx.spec_dir / data.data).exists():
             raise SpecError(

@@ -19,12 +19,10 @@ from typing import Any
 import yaml
 
 from builder.errors import SpecError
+from builder.sources import SOURCES, InitRequest
 from builder.spec import load_spec
-from builder.spec.checkpoint import Task, read_checkpoint, task_of
+from builder.spec.checkpoint import Task
 from builder.spec.probe import probe_record
-from builder.spec.graph import graph_io, load_graph, sample_shapes, spec_entry
-
-FLOAT_TYPES = {"FP32", "FP16", "FP64"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,57 +59,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
-    """The entry for ``args.model``, its paths relative to the spec's folder."""
-    model: Path = args.model
-    if model.is_dir():
-        return checkpoint_entry(args, spec_file)
-    if model.suffix != ".onnx" or not model.is_file():
-        raise SpecError("no such .onnx file", file=model)
-    name = args.name or re.sub(r"[^A-Za-z0-9_-]+", "_", model.stem).strip("_") or "model"
-    spec_dir = spec_file.parent
-    entry: dict[str, Any] = {"name": name, "source": _relative(model, spec_dir)}
-    graph = load_graph(entry["source"], spec_dir, spec_file=spec_file, model=name)
-    io = graph_io(graph)
-    floats = any(t.dtype in FLOAT_TYPES for t in io.inputs + io.outputs)
-    precisions = ["fp32", "fp16"] if floats else ["fp32"]
-    if args.calibration:
-        precisions.append("int8")
-        entry["calibration"] = {"data": _relative(Path(args.calibration), spec_dir)}
-    if args.evaluation:
-        entry["evaluation"] = {"data": _relative(Path(args.evaluation), spec_dir)}
-    entry["precisions"] = precisions
-    filled = spec_entry(io, entry, sample_shapes(entry, spec_dir))
-    order = ["name", "source", "max_batch_size", "inputs", "outputs", "profiles", "precisions"]
-    return {key: filled[key] for key in order if key in filled} | filled
-
-
-def checkpoint_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
-    """A Hugging Face checkpoint folder's entry: its task from ``--task`` or ``config.architectures``;
-    the tensors, Python models and ensemble follow from the folder when the spec is loaded."""
-    folder: Path = args.model
-    if not (folder / "config.json").is_file():
-        raise SpecError("no config.json: not a Hugging Face checkpoint folder", file=folder)
-    task = args.task or task_of(folder / "config.json")
-    if task is None:
-        raise SpecError(
-            f"names no single task; give --task ({', '.join(t.value for t in Task)})",
-            file=folder / "config.json",
-            field="architectures",
-        )
-    spec_dir = spec_file.parent
-    name = args.name or re.sub(r"[^A-Za-z0-9_-]+", "_", folder.resolve().name).strip("_") or "model"
-    entry: dict[str, Any] = {"name": name, "source": _relative(folder, spec_dir), "task": Task(task).value}
-    if args.calibration:
-        entry["precisions"] = ["fp32", "int8"]
-        entry["calibration"] = {"data": _relative(Path(args.calibration), spec_dir)}
-    if args.evaluation:
-        entry["evaluation"] = {"data": _relative(Path(args.evaluation), spec_dir)}
-    read_checkpoint(entry, spec_dir, spec_file=spec_file)  # the folder and its task, checked now
-    return entry
-
-
-def _relative(path: Path, folder: Path) -> str:
-    return Path(os.path.relpath(path.resolve(), folder.resolve())).as_posix()
+    """The entry for ``args.model`` from the source kind that reads such a path, its paths
+    relative to the spec's folder."""
+    request = InitRequest(args.name, args.task, args.calibration, args.evaluation)
+    for source in SOURCES.values():
+        entry = source.init_entry(args.model, request, spec_file)
+        if entry is not None:
+            return entry
+    raise SpecError("no such .onnx file", file=args.model)
 
 
 def _say_probed(entry: dict[str, Any], spec_file: Path) -> None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import (
@@ -323,15 +323,10 @@ class ModelSpec(Strict, OmitsUnset):
 
     LATER = ("sequence", "task")
 
-    @property
-    def source_kind(self) -> Literal["factory", "onnx", "checkpoint"]:
-        if self.task is not None:
-            return "checkpoint"
-        return "factory" if FACTORY_PATTERN.match(self.source) else "onnx"
-
     @field_validator("source")
     @classmethod
     def _source_form(cls, source: str, info: ValidationInfo) -> str:
+        """Only the forms a kind in ``builder.sources`` claims: a new kind's form is accepted here."""
         if info.data.get("task") is not None:
             return source  # a checkpoint folder, read when the spec was loaded
         if not FACTORY_PATTERN.match(source) and not source.endswith(".onnx"):

@@ -50,19 +50,32 @@ class Task(str, Enum):
         return self is not Task.IMAGE_CLASSIFICATION
 
 
-# transformers' auto-model mapping (model_type -> class) that says which architectures do a task.
-_MAPPINGS = {
-    Task.FEATURE_EXTRACTION: "MODEL_MAPPING_NAMES",
-    Task.TEXT_CLASSIFICATION: "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-    Task.TOKEN_CLASSIFICATION: "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
-    Task.IMAGE_CLASSIFICATION: "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-}
-# config.architectures class-name endings, for `tritonforge init`.
-_ARCHITECTURE_ENDINGS = {
-    "ForSequenceClassification": Task.TEXT_CLASSIFICATION,
-    "ForTokenClassification": Task.TOKEN_CLASSIFICATION,
-    "ForImageClassification": Task.IMAGE_CLASSIFICATION,
-    "Model": Task.FEATURE_EXTRACTION,
+@dataclass(frozen=True)
+class TaskClasses:
+    """What transformers names for a task (as Optimum's TasksManager maps tasks to auto classes)."""
+
+    auto_class: str  # the AutoModel class the export stage loads the checkpoint with
+    mapping: str  # its model_type -> class mapping: the architectures that can do the task
+    architecture_ending: str  # config.architectures names that end so do it (`tritonforge init`)
+
+
+TASKS = {
+    Task.FEATURE_EXTRACTION: TaskClasses("AutoModel", "MODEL_MAPPING_NAMES", "Model"),
+    Task.TEXT_CLASSIFICATION: TaskClasses(
+        "AutoModelForSequenceClassification",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+        "ForSequenceClassification",
+    ),
+    Task.TOKEN_CLASSIFICATION: TaskClasses(
+        "AutoModelForTokenClassification",
+        "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+        "ForTokenClassification",
+    ),
+    Task.IMAGE_CLASSIFICATION: TaskClasses(
+        "AutoModelForImageClassification",
+        "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+        "ForImageClassification",
+    ),
 }
 
 
@@ -132,7 +145,7 @@ def _check_architecture(config: dict[str, Any], task: Task, config_file: Path, f
     from transformers.models.auto import modeling_auto
 
     model_type = config.get("model_type")
-    mapping = getattr(modeling_auto, _MAPPINGS[task])
+    mapping = getattr(modeling_auto, TASKS[task].mapping)
     if model_type not in mapping:
         raise fail(f"model_type {model_type!r} in '{config_file}' cannot do {task.value}", "task")
 
@@ -148,8 +161,8 @@ def task_of(config_file: Path) -> Task | None:
 
 
 def _architecture_task(architecture: str) -> Task | None:
-    for ending, task in _ARCHITECTURE_ENDINGS.items():
-        if architecture.endswith(ending):
+    for task, classes in TASKS.items():
+        if architecture.endswith(classes.architecture_ending):
             return task
     return None
 

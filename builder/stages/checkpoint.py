@@ -16,13 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.spec import ModelSpec, Task
-
-_AUTO_CLASSES = {
-    Task.FEATURE_EXTRACTION: "AutoModel",
-    Task.TEXT_CLASSIFICATION: "AutoModelForSequenceClassification",
-    Task.TOKEN_CLASSIFICATION: "AutoModelForTokenClassification",
-    Task.IMAGE_CLASSIFICATION: "AutoModelForImageClassification",
-}
+from builder.spec.checkpoint import TASKS
 
 
 def checkpoint_folder(model: ModelSpec, spec_dir: Path) -> Path:
@@ -36,7 +30,7 @@ def load_model(model: ModelSpec, spec_dir: Path) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
-    auto = getattr(transformers, _AUTO_CLASSES[model.task])
+    auto = getattr(transformers, TASKS[model.task].auto_class)
     folder = str(checkpoint_folder(model, spec_dir))
     return auto.from_pretrained(folder, attn_implementation="eager").float().eval()
 

@@ -1,9 +1,8 @@
-"""Stage 1: turn a model's ``source`` (a factory, an .onnx file or a Hugging Face checkpoint folder)
-into one self-contained .onnx file.
+"""Stage 1: write what a model's source loads as (``builder.sources``: an .onnx file, a factory, a
+Hugging Face checkpoint) as one self-contained .onnx file, and run a PyTorch source for the reference.
 
-A factory may return a ``torch.nn.Module`` (exported here), an ``onnx.ModelProto`` (saved) or the path of
-an .onnx file (copied); a checkpoint becomes its task's module (``builder.stages.checkpoint``), exported
-here. Torch is imported only when a factory hands back a module or the source is a checkpoint.
+A source loads as a ``torch.nn.Module`` (exported here), an ``onnx.ModelProto`` (saved) or the path of
+an .onnx file (copied). Torch is imported only when a source hands back a module.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from onnx.external_data_helper import uses_external_data
 
 from builder.dtypes import to_numpy
 from builder.errors import DataError, SpecError
-from builder.factories import import_factory
 from builder.progress import quiet
 from builder.spec import DType, ModelSpec, TensorSpec
 
@@ -30,35 +29,14 @@ LOG_FILE = "export.log"  # third-party output of the export, in the stage folder
 DUMMY_SEED = 0
 
 
-def load_source(model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> object:
-    """A ``torch.nn.Module``, an ``onnx.ModelProto`` or the ``Path`` of an .onnx file."""
-    if model.source_kind == "onnx":
-        return _onnx_path(model.source, model, spec_dir=spec_dir, spec_file=spec_file)
-    if model.source_kind == "checkpoint":
-        from builder.stages.checkpoint import checkpoint_module
-
-        return checkpoint_module(model, spec_dir)
-    factory = import_factory(model.source, spec_dir, spec_file=spec_file, model=model.name, field="source")
-    obj = factory()
-    if isinstance(obj, (str, Path)) and str(obj).endswith(".onnx"):
-        return _onnx_path(str(obj), model, spec_dir=spec_dir, spec_file=spec_file)
-    if isinstance(obj, onnx.ModelProto) or _is_torch_module(obj):
-        return obj
-    raise SpecError(
-        f"factory '{model.source}' returned {type(obj).__name__}; expected a torch.nn.Module, "
-        "an onnx.ModelProto or the path of an .onnx file",
-        file=spec_file,
-        model=model.name,
-        field="source",
-    )
-
-
-def export(model: ModelSpec, *, spec_dir: Path, spec_file: Path, out: Path) -> Path:
-    """Write the model as one .onnx file (weights embedded) at ``out``; what the factory and the
-    exporter print (TracerWarning, weight-loading bars) goes to ``export.log`` beside it."""
+def write_onnx(model: ModelSpec, load: Callable[[], object], *, spec_file: Path, out: Path) -> Path:
+    """Write what ``load()`` returns (a ``torch.nn.Module``, exported; an ``onnx.ModelProto``, saved;
+    the ``Path`` of an .onnx file, copied) as one .onnx file (weights embedded) at ``out``; what
+    loading and the exporter print (TracerWarning, weight-loading bars) goes to ``export.log``
+    beside it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with quiet(out.parent / LOG_FILE):
-        source = load_source(model, spec_dir=spec_dir, spec_file=spec_file)
+        source = load()
         if isinstance(source, onnx.ModelProto):
             onnx.save(source, out)
         elif isinstance(source, Path):
@@ -85,7 +63,7 @@ def torch_reference(
     model: ModelSpec, source: object, inputs: dict[str, NDArray[Any]]
 ) -> dict[str, NDArray[Any]] | None:
     """Outputs of the PyTorch module by spec output name; None when ``source`` is not a module."""
-    if not _is_torch_module(source):
+    if not is_torch_module(source):
         return None
     import torch
 
@@ -102,16 +80,9 @@ def torch_reference(
     return {t.name: np.concatenate([c[i] for c in chunks]) for i, t in enumerate(model.outputs)}
 
 
-def _is_torch_module(obj: object) -> bool:
+def is_torch_module(obj: object) -> bool:
     torch = sys.modules.get("torch")  # a module can only exist if torch was imported
     return torch is not None and isinstance(obj, torch.nn.Module)
-
-
-def _onnx_path(source: str, model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> Path:
-    path = Path(source) if Path(source).is_absolute() else spec_dir / source
-    if not path.is_file():
-        raise SpecError(f"ONNX file '{path}' not found", file=spec_file, model=model.name, field="source")
-    return path
 
 
 def _copy_onnx(src: Path, out: Path) -> None:

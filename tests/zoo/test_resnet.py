@@ -13,9 +13,10 @@ import torch
 from numpy.typing import NDArray
 
 from builder.errors import DataError
+from builder.sources import export, load_source
 from builder.spec import load_spec
 from builder.stages.check import check
-from builder.stages.export import export, load_source, torch_reference
+from builder.stages.export import torch_reference
 from zoo.resnet import ResNet18, read_images, resnet18
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from builder.sources import export
 from builder.spec import load_spec
 from builder.stages.check import check
-from builder.stages.export import export
 from zoo.simple import build, evaluation_samples
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"

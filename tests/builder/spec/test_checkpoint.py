@@ -12,6 +12,7 @@ import yaml
 
 from builder.cli import main
 from builder.errors import SpecError
+from builder.sources import source_of
 from builder.spec import Task, load_spec
 from builder.spec.checkpoint import task_of
 from tests.builder.fixtures import hf_checkpoints as hf
@@ -37,7 +38,7 @@ def test_a_token_classifier_becomes_a_model_its_tokenizer_its_labeller_and_a_pip
 ) -> None:
     spec = load_spec(_spec(checkpoints, {"name": "ner", "source": "ner", "task": "token-classification"}))
     core = spec.model("ner")
-    assert core.task is Task.TOKEN_CLASSIFICATION and core.source_kind == "checkpoint"
+    assert core.task is Task.TOKEN_CLASSIFICATION and source_of(core).kind == "checkpoint"
     assert [t.name for t in core.inputs] == ["input_ids", "token_type_ids", "attention_mask"]
     assert [(t.name, t.dims) for t in core.outputs] == [("logits", [-1, len(hf.ENTITIES)])]
     assert core.profiles[0].shapes["input_ids"].max == [64]  # the checkpoint's max_position_embeddings

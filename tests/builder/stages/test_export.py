@@ -1,4 +1,5 @@
-"""builder.stages.export: sources to one self-contained .onnx, with real torch and ONNX Runtime."""
+"""builder.stages.export (through builder.sources): sources to one self-contained .onnx, with real torch
+and ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from builder.errors import SpecError
+from builder.sources import export, load_source
 from builder.spec import ModelSpec
 from builder.stages.check import check
-from builder.stages.export import LOG_FILE, export, load_source, torch_reference
+from builder.stages.export import LOG_FILE, torch_reference
 
 FACTORIES = """
 import torch

@@ -1,0 +1,40 @@
+"""Model sources: one module per kind of ``models:`` ``source``, each an object the build asks.
+
+``SOURCES`` is every kind by name; ``source_of`` is the one a validated entry names. Nothing else
+in the builder switches on a source's kind (docs/sources.md says how to add one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.sources.base import InitRequest, ModelSource, Samples
+from builder.sources.checkpoint import CheckpointSource
+from builder.sources.factory import FactorySource
+from builder.sources.onnx_file import OnnxFileSource
+from builder.spec import ModelSpec
+from builder.stages.export import write_onnx
+
+__all__ = ["SOURCES", "InitRequest", "ModelSource", "Samples", "export", "load_source", "source_of"]
+
+SOURCES: dict[str, ModelSource] = {s.kind: s for s in (OnnxFileSource(), FactorySource(), CheckpointSource())}
+
+
+def source_of(model: ModelSpec) -> ModelSource:
+    """The kind that claims the entry's source (the spec lets through only forms some kind claims)."""
+    claimed = [s for s in SOURCES.values() if s.claims(model)]
+    if len(claimed) != 1:
+        kinds = [s.kind for s in claimed]
+        raise LookupError(f"model '{model.name}': source '{model.source}' is claimed by {kinds or 'no kind'}")
+    return claimed[0]
+
+
+def load_source(model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> object:
+    """A ``torch.nn.Module``, an ``onnx.ModelProto`` or the ``Path`` of an .onnx file."""
+    return source_of(model).load(model, spec_dir, spec_file)
+
+
+def export(model: ModelSpec, *, spec_dir: Path, spec_file: Path, out: Path) -> Path:
+    """The export stage: the model's source as one .onnx file at ``out`` (``export.log`` beside it)."""
+    source = source_of(model)
+    return write_onnx(model, lambda: source.load(model, spec_dir, spec_file), spec_file=spec_file, out=out)

@@ -1,0 +1,34 @@
+"""builder.sources: exactly one kind claims each form of ``source`` a valid spec allows."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.sources import SOURCES, source_of
+from builder.spec import ModelSpec
+from tests.builder.sources.entries import model
+
+
+@pytest.mark.parametrize(
+    ("entry", "kind"),
+    [
+        (model("models/m.onnx"), "onnx"),
+        (model("zoo.resnet:resnet18"), "factory"),
+        (model("checkpoints/bert", task="text-classification"), "checkpoint"),
+        (model("zoo/minilm.onnx", task="feature-extraction"), "checkpoint"),  # the task decides
+    ],
+)
+def test_each_form_is_claimed_by_one_kind(entry: ModelSpec, kind: str) -> None:
+    assert [s.kind for s in SOURCES.values() if s.claims(entry)] == [kind]
+    assert source_of(entry) is SOURCES[kind]
+
+
+def test_a_source_no_kind_claims_is_a_defect_not_the_users() -> None:
+    unclaimed = model("m.onnx").model_copy(update={"source": "m.pt"})  # past the spec's validation
+    with pytest.raises(LookupError, match="no kind"):
+        source_of(unclaimed)
+
+
+def test_the_registry_is_keyed_by_each_kind() -> None:
+    assert list(SOURCES) == ["onnx", "factory", "checkpoint"]
+    assert all(s.kind == name and s.description for name, s in SOURCES.items())
