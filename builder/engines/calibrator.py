@@ -1,18 +1,13 @@
-"""An INT8 calibrator that only hands TensorRT 10 an existing calibration table.
+"""The calibration table TensorRT 10's calibrator hands over, under the right header.
 
-The table comes from the CPU calibration stage (TensorRT's text format), so no
-batches are ever fed: ``get_batch`` says there are none. TensorRT uses a cache only
-if its first line is the header that TensorRT version writes; otherwise it
-calibrates with ``get_batch``, gets nothing, and the build fails. So the header is
+The table comes from the CPU calibration stage (TensorRT's text format) and is the
+cache of Polygraphy's ``Calibrator``, which feeds no batches (trt_loader.table_calibrator).
+TensorRT uses a cache only if its first line is the header that TensorRT version
+writes; otherwise it calibrates, gets no batch, and the build fails. So the header is
 written here, from the TensorRT that reads the table.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import tensorrt as trt
 
 
 def calibration_header(tensorrt_version: str) -> str:
@@ -26,25 +21,3 @@ def with_header(table: bytes, tensorrt_version: str) -> bytes:
     """The table with its first line replaced by this TensorRT version's header."""
     _, _, body = table.partition(b"\n")
     return calibration_header(tensorrt_version).encode() + b"\n" + body
-
-
-def table_calibrator(table: bytes) -> trt.IInt8Calibrator:
-    import tensorrt as trt
-
-    class TableCalibrator(trt.IInt8EntropyCalibrator2):
-        def __init__(self) -> None:
-            super().__init__()
-
-        def get_batch_size(self) -> int:
-            return 1
-
-        def get_batch(self, names: list[str]) -> list[int]:
-            return []  # no data: TensorRT uses the table, or fails if the table does not fit
-
-        def read_calibration_cache(self) -> bytes:
-            return table
-
-        def write_calibration_cache(self, cache: object) -> None:
-            return None
-
-    return TableCalibrator()

@@ -1,15 +1,20 @@
-"""TensorRT network, config and plan: the only module that builds with TensorRT.
+"""TensorRT network, config and plan through Polygraphy's loaders: the only module that builds.
 
-Runs in the build worker's process. ``tensorrt`` is imported inside each function so
-that importing this module never needs TensorRT; mypy checks every call against
-tensorrt-stubs.
+Runs in the build worker's process. ``NetworkFromOnnxPath`` parses (strongly typed on
+TensorRT 11, and for every TensorRT 10 recipe that asks), ``CreateConfig`` adds the
+profiles, precision flags, the calibrator with the CPU stage's table as its cache, the
+workspace limit, optimization and hardware-compatibility levels and the timing cache, and
+``EngineBytesFromNetwork`` builds the plan and saves the timing cache. Written for
+Polygraphy 0.53.6 with TensorRT 10.8-11.x (docs/tensorrt.md). What still touches TensorRT
+directly (enum members, the parser's errors, the timing-cache fallback) is checked by mypy
+against tensorrt-stubs; Polygraphy has no type information, so its objects stay ``Any``
+here. Neither package is imported before a build needs it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from builder.engines.profiles import InputRange, ProfileShapes
 from builder.engines.request import BuildRequest
@@ -24,33 +29,45 @@ class EngineBuildError(Exception):
 
 def build_plan(req: BuildRequest) -> bytes:
     """Parse the ONNX, configure, build; the timing cache is read before and saved after."""
-    import tensorrt as trt
+    from polygraphy.backend.trt import EngineBytesFromNetwork
+    from polygraphy.exception import PolygraphyException
 
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = network_from_onnx(builder, logger, Path(req.onnx), req.strongly_typed)
-    config = create_config(builder, network, req)
-    cache_path = Path(req.timing_cache)
-    use_timing_cache(config, cache_path)
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
-        raise EngineBuildError("TensorRT built no engine (its log above says why)")
-    save_timing_cache(config, cache_path)
+    network = network_from_onnx(Path(req.onnx), req.strongly_typed)
+    check_profiles(network[1], req.profiles)
+    cache = Path(req.timing_cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)  # Polygraphy locks `<cache>.lock` beside it
+    build = EngineBytesFromNetwork(network, config=create_config(req), save_timing_cache=str(cache))
+    try:
+        serialized = build()
+    except ValueError as exc:  # IOptimizationProfile.set_shape: 0 <= min <= opt <= max, fixed dims
+        raise EngineBuildError(rejected_shapes(req.profiles, exc)) from None
+    except PolygraphyException:  # "Invalid Engine": build_serialized_network returned None
+        raise EngineBuildError("TensorRT built no engine (its log above says why)") from None
     return bytes(serialized)
 
 
-def network_from_onnx(
-    builder: trt.Builder, logger: trt.ILogger, onnx: Path, strongly_typed: bool
-) -> trt.INetworkDefinition:
+def network_from_onnx(onnx: Path, strongly_typed: bool) -> tuple[Any, ...]:
+    """``(builder, network, parser)`` from ``NetworkFromOnnxPath``: ``parse_from_file``, which
+    finds external weight files beside the model."""
+    from polygraphy.backend.trt import NetworkFromOnnxPath
+    from polygraphy.exception import PolygraphyException
+
+    try:
+        return tuple(NetworkFromOnnxPath(str(onnx), strongly_typed=strongly_typed)())
+    except PolygraphyException:
+        # Polygraphy only logs the parser's errors: read them from TensorRT's parser for the message
+        raise EngineBuildError(
+            f"TensorRT's ONNX parser rejected {onnx.name}: " + reparse_errors(onnx)
+        ) from None
+
+
+def reparse_errors(onnx: Path) -> str:
     import tensorrt as trt
 
-    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    # parse_from_file, not parse(bytes): it finds external weight files beside the model
-    if not parser.parse_from_file(str(onnx)):
-        raise EngineBuildError(f"TensorRT's ONNX parser rejected {onnx.name}: " + parser_errors(parser))
-    return network
+    logger = trt.Logger(trt.Logger.WARNING)
+    parser = trt.OnnxParser(trt.Builder(logger).create_network(0), logger)
+    parser.parse_from_file(str(onnx))
+    return parser_errors(parser)
 
 
 def parser_errors(parser: trt.OnnxParser) -> str:
@@ -62,22 +79,67 @@ def parser_errors(parser: trt.OnnxParser) -> str:
     return "; ".join(messages) or "no error recorded"
 
 
-def create_config(
-    builder: trt.Builder, network: trt.INetworkDefinition, req: BuildRequest
-) -> trt.IBuilderConfig:
+def create_config(req: BuildRequest) -> Any:
+    """``CreateConfig`` for the request, then the timing-cache fallback (:func:`fresh_timing_cache`)."""
     import tensorrt as trt
+    from polygraphy.backend.trt import CreateConfig, PostprocessConfig
 
-    config = builder.create_builder_config()
-    if req.workspace_mib is not None:
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, req.workspace_mib << 20)
-    config.builder_optimization_level = req.optimization_level
-    config.hardware_compatibility_level = hardware_compatibility(req.hardware_compatibility)
-    for name in req.builder_flags:
-        config.set_flag(builder_flag(name))
-    profiles = add_profiles(builder, network, config, req.profiles)
-    if req.calibration_table is not None:
-        set_table_calibrator(config, Path(req.calibration_table), profiles)
-    return config
+    cache = Path(req.timing_cache)
+    pools = {trt.MemoryPoolType.WORKSPACE: req.workspace_mib << 20} if req.workspace_mib is not None else None
+    config = CreateConfig(
+        fp16="FP16" in req.builder_flags,  # TensorRT 10 only: 11's recipes ask for no flag
+        int8="INT8" in req.builder_flags,
+        calibrator=table_calibrator(Path(req.calibration_table), Path(req.plan))
+        if req.calibration_table
+        else None,
+        profiles=polygraphy_profiles(req.profiles),
+        memory_pool_limits=pools,
+        builder_optimization_level=req.optimization_level,
+        hardware_compatibility_level=hardware_compatibility(req.hardware_compatibility),
+        load_timing_cache=str(cache) if cache.is_file() else None,
+    )
+    return PostprocessConfig(config, fresh_timing_cache)
+
+
+def polygraphy_profiles(shapes: list[ProfileShapes]) -> list[Any]:
+    """One Polygraphy ``Profile`` per spec profile. An empty list, not None: Polygraphy would
+    fill in a static default profile, where TensorRT refuses a dynamic network without one."""
+    from polygraphy.backend.trt import Profile
+
+    out = []
+    for ranges in shapes:
+        profile = Profile()
+        for r in ranges:
+            profile.add(r.name, min=list(r.min), opt=list(r.opt), max=list(r.max))
+        out.append(profile)
+    return out
+
+
+def table_calibrator(table: Path, plan: Path) -> Any:
+    """TensorRT 10's implicit INT8 from the table the CPU stage wrote (no GPU calibration):
+    Polygraphy's ``Calibrator`` with no batches and the table, under the header of the TensorRT
+    that reads it, as its cache (a file: Polygraphy sizes the cache with ``fstat``). A cache
+    TensorRT cannot use leaves it no batches: the build fails."""
+    import tensorrt as trt
+    from polygraphy.backend.trt import Calibrator
+
+    from builder.engines.calibrator import with_header
+
+    data = with_header(table.read_bytes(), trt.__version__)
+    if data != table.read_bytes():
+        table = plan.with_name(plan.name + ".calibration.cache")
+        table.write_bytes(data)
+    return Calibrator(data_loader=[], cache=str(table), BaseClass=trt.IInt8EntropyCalibrator2)
+
+
+def fresh_timing_cache(
+    builder: trt.Builder, network: trt.INetworkDefinition, config: trt.IBuilderConfig
+) -> None:
+    """A timing cache from another TensorRT or GPU: TensorRT refuses it (Polygraphy asks with
+    ``ignore_mismatch=False`` and goes on without one, so none would be saved); start afresh
+    rather than fail the build, as the saved cache is then replaced."""
+    if config.get_timing_cache() is None:
+        config.set_timing_cache(config.create_timing_cache(b""), False)
 
 
 def hardware_compatibility(name: str) -> trt.HardwareCompatibilityLevel:
@@ -92,47 +154,18 @@ def hardware_compatibility(name: str) -> trt.HardwareCompatibilityLevel:
     return level
 
 
-def builder_flag(name: str) -> trt.BuilderFlag:
-    import tensorrt as trt
-
-    # Named one by one: TensorRT 11 has no FP16/INT8 members, and only 10's recipes ask for them.
-    if name == "FP16":
-        return trt.BuilderFlag.FP16
-    if name == "INT8":
-        return trt.BuilderFlag.INT8
-    raise ValueError(f"unexpected builder flag {name}")
-
-
-def add_profiles(
-    builder: trt.Builder,
-    network: trt.INetworkDefinition,
-    config: trt.IBuilderConfig,
-    shapes: list[ProfileShapes],
-) -> list[trt.IOptimizationProfile]:
-    import tensorrt as trt
-
+def check_profiles(network: trt.INetworkDefinition, shapes: list[ProfileShapes]) -> None:
+    """Each profile names inputs of the network with its rank and fixed dims: TensorRT would say
+    so only in ``build_serialized_network``, after parsing."""
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     declared = {t.name: [t.shape[d] for d in range(len(t.shape))] for t in inputs}
-    profiles = []
     for index, ranges in enumerate(shapes):
-        profile = builder.create_optimization_profile()
         for r in ranges:
             if r.name not in declared:
                 raise EngineBuildError(f"profiles[{index}]: the ONNX model has no input '{r.name}'")
             misfit = profile_misfit(r, declared[r.name])
-            if misfit:  # TensorRT would say so only in build_serialized_network, after parsing
+            if misfit:
                 raise EngineBuildError(f"profiles[{index}]: {misfit}")
-            try:
-                profile.set_shape(r.name, trt.Dims(list(r.min)), trt.Dims(list(r.opt)), trt.Dims(list(r.max)))
-            except ValueError as exc:  # TensorRT checks 0 <= min <= opt <= max and the fixed dims
-                raise EngineBuildError(
-                    f"profiles[{index}]: TensorRT rejected the shapes of '{r.name}' "
-                    f"(min {list(r.min)}, opt {list(r.opt)}, max {list(r.max)}): {exc}"
-                ) from None
-        if config.add_optimization_profile(profile) < 0:
-            raise EngineBuildError(f"profiles[{index}]: TensorRT rejected the profile {ranges}")
-        profiles.append(profile)
-    return profiles
 
 
 def profile_misfit(r: InputRange, network_shape: list[int]) -> str | None:
@@ -146,30 +179,14 @@ def profile_misfit(r: InputRange, network_shape: list[int]) -> str | None:
     return None
 
 
-def set_table_calibrator(
-    config: trt.IBuilderConfig, table: Path, profiles: list[trt.IOptimizationProfile]
-) -> None:
-    """TensorRT 10's implicit INT8 with the table the CPU stage wrote (no GPU calibration)."""
-    import tensorrt as trt
-
-    from builder.engines.calibrator import table_calibrator, with_header
-
-    config.int8_calibrator = table_calibrator(with_header(table.read_bytes(), trt.__version__))
-    if profiles:
-        config.set_calibration_profile(profiles[0])
-
-
-def use_timing_cache(config: trt.IBuilderConfig, path: Path) -> None:
-    data = path.read_bytes() if path.is_file() else b""
-    cache = config.create_timing_cache(data)
-    if not config.set_timing_cache(cache, False):
-        # A cache from another TensorRT or GPU: start afresh rather than fail the build.
-        config.set_timing_cache(config.create_timing_cache(b""), False)
-
-
-def save_timing_cache(config: trt.IBuilderConfig, path: Path) -> None:
-    data = bytes(config.get_timing_cache().serialize())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+def rejected_shapes(shapes: list[ProfileShapes], exc: ValueError) -> str:
+    """TensorRT's ``set_shape`` refusal, naming the first profile and input that break its rule
+    ``0 <= min <= opt <= max`` (Polygraphy adds every profile in one call)."""
+    for index, ranges in enumerate(shapes):
+        for r in ranges:
+            if not all(0 <= a <= b <= c for a, b, c in zip(r.min, r.opt, r.max, strict=False)):
+                return (
+                    f"profiles[{index}]: TensorRT rejected the shapes of '{r.name}' "
+                    f"(min {list(r.min)}, opt {list(r.opt)}, max {list(r.max)}): {exc}"
+                )
+    return f"TensorRT rejected an optimization profile: {exc}"

@@ -47,6 +47,7 @@ def _install_double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: st
     monkeypatch.setenv("PYTHONPATH", str(DOUBLE_DIR))  # for build subprocesses
     monkeypatch.syspath_prepend(str(DOUBLE_DIR))
     saved = sys.modules.pop("tensorrt", None)
+    _forget_polygraphys_tensorrt()
     import tensorrt
 
     monkeypatch.setenv("TRT_DOUBLE_JOURNAL", str(journal))
@@ -54,8 +55,19 @@ def _install_double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: st
     yield TrtDouble(tensorrt, journal)
     for name in [m for m in sys.modules if m == "tensorrt" or m == "cuda" or m.startswith("cuda.")]:
         del sys.modules[name]  # the CUDA double too (detection imported it)
+    _forget_polygraphys_tensorrt()
     if saved is not None:
         sys.modules["tensorrt"] = saved
+
+
+def _forget_polygraphys_tensorrt() -> None:
+    """Polygraphy imports TensorRT lazily, once per process, into each of its modules: let the
+    next test's double (another version, maybe) be the one its loaders find."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("polygraphy.") and module is not None:
+            lazy = vars(module).get("trt")
+            if type(lazy).__name__ == "LazyModule":
+                object.__setattr__(lazy, "module", None)
 
 
 @pytest.fixture

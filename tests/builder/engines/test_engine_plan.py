@@ -344,9 +344,12 @@ def test_every_profile_is_verified_and_run_as_triton_would_choose_it(
 
 def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, variants) -> None:
     import tensorrt as trt
-    from trt_double_runner import EngineFromBytes, TrtRunner
+    import trt_double_runner
 
     from builder.engines.profiles import profile_shapes
+
+    trt_double_runner.install()  # Polygraphy's runner, on host memory, checking Triton's choice
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
     plan = trt.IHostMemory(
         trt.PLAN_MAGIC
@@ -409,10 +412,16 @@ def test_each_profile_is_timed_at_its_opt_shape_with_the_inputs_on_the_device(
     assert result.status is Status.BUILT, result.message
     # profile 0 at [4, 3, 8, 8] and profile 1 at [8, 3, 32, 32] (no evaluation sample has that
     # shape: zeros), each 3 warm-up launches and 5 rounds of 20, none through Polygraphy's infer()
+    # (after verification, where Polygraphy's runner executed once per batch)
+    verified = [(p, shapes["input"]) for p, shapes in trt10.named("infer")]
     runs = [(p, shapes["input"]) for p, shapes in trt10.named("execute_async_v3")]
-    assert runs == [(0, [4, 3, 8, 8])] * 103 + [(1, [8, 3, 32, 32])] * 103
+    assert runs[: len(verified)] == verified
+    assert runs[len(verified) :] == [(0, [4, 3, 8, 8])] * 103 + [(1, [8, 3, 32, 32])] * 103
     # each round between two CUDA events recorded on the stream
-    assert [e for e in trt10.events() if e[0] in ("cudaEventRecord", "execute_async_v3")][3:25] == (
+    first = len(verified) + 3
+    assert [e for e in trt10.events() if e[0] in ("cudaEventRecord", "execute_async_v3")][
+        first : first + 22
+    ] == (
         [["cudaEventRecord", 1]]
         + [["execute_async_v3", 0, {"input": [4, 3, 8, 8]}]] * 20
         + [["cudaEventRecord", 2]]
@@ -542,9 +551,12 @@ def test_overlapping_profiles_are_verified_under_the_one_triton_chooses(
 
 def test_the_double_runs_overlapping_profiles_only_as_triton_chooses(trt10, variants) -> None:
     import tensorrt as trt
-    from trt_double_runner import EngineFromBytes, TrtRunner
+    import trt_double_runner
 
     from builder.engines.profiles import profile_shapes
+
+    trt_double_runner.install()  # Polygraphy's runner, on host memory, checking Triton's choice
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
     plan = trt.IHostMemory(
         trt.PLAN_MAGIC

@@ -1,102 +1,58 @@
-"""Runs the TensorRT double's plans: TEST DOUBLE of Polygraphy's TensorRT runner.
+"""Runs the TensorRT double's plans through Polygraphy's own runner: TEST DOUBLE of the CUDA runtime.
 
-A double plan names the ONNX it was built from; running it runs that ONNX with ONNX
-Runtime on the CPU, after the checks TensorRT makes: the plan deserializes only
-under the TensorRT version that built it, and every input shape must lie within
-the optimization profile the execution context uses (profile 0 unless told, as
-Polygraphy's ``TrtRunner``), and that profile must be the one Triton would choose for
-those shapes (:func:`triton_profile`, the project's port of Triton's rule), so verification
-covers what Triton serves.
-``install()`` (called by ``sitecustomize`` here, so in every build subprocess) puts
-these classes in place of ``EngineFromBytes`` and ``TrtRunner`` in
-``polygraphy.backend.trt``, and of ``DeviceArray`` and ``Stream`` (host memory) and the
-CUDA runtime's event calls (``wrapper().handle``) in ``polygraphy.cuda``, when those
-modules are imported.
+A double plan names the ONNX it was built from; its execution context (``tensorrt``
+beside this module) runs that ONNX with ONNX Runtime on the CPU, after the checks
+TensorRT makes: the plan deserializes only under the TensorRT version that built it,
+and every input shape must lie within the optimization profile the context uses.
+Polygraphy's real ``EngineFromBytes``, ``TrtRunner``, ``DeviceArray`` and ``Stream`` run
+against it: ``install()`` (called by ``sitecustomize`` here, so in every build subprocess)
+gives ``polygraphy.cuda`` a CUDA runtime on host memory in place of libcudart
+(:class:`HostCudart`: malloc, copies, streams and the event calls the timing uses), and
+wraps Polygraphy's ``TrtRunner`` so that each ``infer`` first checks that its profile is
+the one Triton would choose for those shapes (:func:`triton_profile`, the project's port of
+Triton's rule), so verification covers what Triton serves.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import importlib.util
 import os
 import sys
 import time
-from collections import OrderedDict
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 
+def _runner_class() -> type:
+    from polygraphy.backend.trt.runner import TrtRunner as PolygraphyTrtRunner
 
-class EngineFromBytes:
-    def __init__(self, serialized_engine: bytes) -> None:
-        self.serialized_engine = bytes(serialized_engine)
+    class TrtRunner(PolygraphyTrtRunner):  # type: ignore[misc, valid-type]
+        """Polygraphy's runner, journaled, refusing a profile Triton would not choose."""
 
-    def __call__(self) -> Any:
-        import tensorrt as trt
+        def __enter__(self) -> Any:
+            import tensorrt as trt
 
-        engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(self.serialized_engine)
-        if engine is None:
-            raise RuntimeError("Failed to deserialize engine (TensorRT's log above says why)")
-        return engine
+            super().__enter__()
+            trt._record("TrtRunner", self.optimization_profile or 0)
+            return self
 
+        def infer(self, feed_dict: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            import tensorrt as trt
 
-class TrtRunner:
-    def __init__(self, engine: Any, name: str | None = None, optimization_profile: int | None = None) -> None:
-        self._engine = engine
-        self.profile = optimization_profile or 0
+            shapes = {name: list(v.shape) for name, v in feed_dict.items()}
+            profile = self.optimization_profile or 0
+            chosen = triton_profile(self.engine.plan["profiles"], shapes)
+            if chosen is not None and chosen != profile:
+                raise RuntimeError(
+                    f"shapes {shapes} ran under profile {profile}; Triton serves them with profile "
+                    f"{chosen} (GetMostOptimizedProfile)"
+                )
+            trt._record("infer", profile, shapes)
+            return super().infer(feed_dict, *args, **kwargs)
 
-    def __enter__(self) -> TrtRunner:
-        import onnxruntime as ort
-        import tensorrt as trt
-
-        engine = self._engine() if callable(self._engine) else self._engine
-        self.plan = engine.plan
-        if self.plan["profiles"] and not 0 <= self.profile < len(self.plan["profiles"]):
-            raise RuntimeError(f"the engine has no optimization profile {self.profile}")
-        self.session = ort.InferenceSession(self.plan["onnx"], providers=["CPUExecutionProvider"])
-        trt._record("TrtRunner", self.profile)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        del self.session
-
-    def infer(self, feed_dict: dict[str, np.ndarray], check_inputs: bool = True) -> OrderedDict[str, Any]:
-        import tensorrt as trt
-
-        for name, value in feed_dict.items():
-            self._check_shape(name, list(value.shape))
-        self._check_triton_would_choose({name: list(v.shape) for name, v in feed_dict.items()})
-        trt._record("infer", self.profile, {name: list(v.shape) for name, v in feed_dict.items()})
-        names = [o.name for o in self.session.get_outputs()]
-        return OrderedDict(zip(names, self.session.run(names, dict(feed_dict)), strict=False))
-
-    def _check_triton_would_choose(self, shapes: dict[str, list[int]]) -> None:
-        """Verification must run each shape under the profile Triton serves it with."""
-        chosen = triton_profile(self.plan["profiles"], shapes)
-        if chosen is not None and chosen != self.profile:
-            raise RuntimeError(
-                f"shapes {shapes} ran under profile {self.profile}; Triton serves them with profile "
-                f"{chosen} (GetMostOptimizedProfile)"
-            )
-
-    def _check_shape(self, name: str, shape: list[int]) -> None:
-        declared = self.plan["inputs"].get(name)
-        if declared is None:
-            raise RuntimeError(f"the engine has no input '{name}'")
-        if len(shape) != len(declared) or any(
-            d not in (-1, s) for d, s in zip(declared, shape, strict=False)
-        ):
-            raise RuntimeError(f"input '{name}': shape {shape} does not match the engine's {declared}")
-        profiles = self.plan["profiles"]
-        if not profiles or name not in profiles[self.profile]:
-            return
-        low, _, high = profiles[self.profile][name]
-        if not all(lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=False)):
-            raise RuntimeError(
-                f"IExecutionContext::setInputShape: input '{name}' shape {shape} is outside optimization "
-                f"profile {self.profile} (min {low}, max {high})"
-            )
+    return TrtRunner
 
 
 def triton_profile(profiles: list[dict[str, Any]], shapes: dict[str, list[int]]) -> int | None:
@@ -119,48 +75,48 @@ def triton_model_file(cc_model_filenames: dict[str, str], default: str, cc: str)
     return cc_model_filenames.get(cc, default)
 
 
-class DeviceArray:
-    """Polygraphy's device buffer, in host memory: only its address and size matter here."""
-
-    def __init__(self, shape: Any = None, dtype: Any = None) -> None:
-        self.data = np.zeros(shape or (0,), dtype or np.uint8)
-        self.ptr = self.data.ctypes.data
-
-    @staticmethod
-    def raw(shape: Any = None) -> DeviceArray:
-        return DeviceArray(shape, np.uint8)
-
-    def copy_from(self, host_buffer: np.ndarray, stream: Any = None) -> DeviceArray:
-        self.data = np.array(host_buffer)
-        self.ptr = self.data.ctypes.data
-        return self
-
-    def free(self) -> None:
-        self.ptr = 0
-
-
-class Stream:
-    def __init__(self) -> None:
-        self.ptr = id(self)
-
-    def synchronize(self) -> None:
-        pass
-
-    def free(self) -> None:
-        self.ptr = 0
-
-
-class _Cudart:
-    """The CUDA event calls of libcudart (ctypes style: results through byref), timed on the
-    host clock; every record is journaled."""
+class HostCudart:
+    """libcudart's calls that Polygraphy and the timing make, on host memory (ctypes style:
+    results through ``byref``). Events are timed on the host clock and journaled."""
 
     def __init__(self) -> None:
-        self.created = 0
+        self.memory: dict[int, Any] = {}
+        self.streams = 0
+        self.events = 0
         self.recorded: dict[int, float] = {}
 
+    def cudaMalloc(self, ptr: Any, nbytes: Any) -> int:
+        block = ctypes.create_string_buffer(max(1, int(getattr(nbytes, "value", nbytes))))
+        address = ctypes.addressof(block)
+        self.memory[address] = block
+        ptr._obj.value = address
+        return 0
+
+    def cudaFree(self, ptr: Any) -> int:
+        self.memory.pop(ptr.value or 0, None)
+        return 0
+
+    def cudaMemcpy(self, dst: Any, src: Any, nbytes: Any, kind: Any) -> int:
+        ctypes.memmove(dst.value, src.value, int(getattr(nbytes, "value", nbytes)))
+        return 0
+
+    def cudaMemcpyAsync(self, dst: Any, src: Any, nbytes: Any, kind: Any, stream: Any) -> int:
+        return self.cudaMemcpy(dst, src, nbytes, kind)
+
+    def cudaStreamCreate(self, ptr: Any) -> int:
+        self.streams += 1
+        ptr._obj.value = 0x5000 + self.streams
+        return 0
+
+    def cudaStreamSynchronize(self, stream: Any) -> int:
+        return 0
+
+    def cudaStreamDestroy(self, stream: Any) -> int:
+        return 0
+
     def cudaEventCreate(self, event: Any) -> int:
-        self.created += 1
-        event._obj.value = self.created
+        self.events += 1
+        event._obj.value = self.events
         return 0
 
     def cudaEventRecord(self, event: Any, stream: Any) -> int:
@@ -182,18 +138,21 @@ class _Cudart:
         return 0
 
 
-class _Wrapper:
-    handle = _Cudart()
+def _host_cuda(module: ModuleType) -> None:
+    """Polygraphy's global CUDA wrapper, with the host runtime as its libcudart handle."""
+    wrapper = object.__new__(module.Cuda)
+    wrapper.handle = HostCudart()
+    module.G_CUDA = wrapper
 
 
-def wrapper() -> _Wrapper:
-    return _Wrapper()
+def _runner(module: ModuleType) -> None:
+    module.TrtRunner = _runner_class()
+    package = sys.modules.get("polygraphy.backend.trt")
+    if package is not None:  # already imported: its name too (on first import, `import *` copies it)
+        package.TrtRunner = module.TrtRunner
 
 
-PATCHES = {
-    "polygraphy.backend.trt": {"EngineFromBytes": EngineFromBytes, "TrtRunner": TrtRunner},
-    "polygraphy.cuda": {"DeviceArray": DeviceArray, "Stream": Stream, "wrapper": wrapper},
-}
+PATCHES = {"polygraphy.cuda.cuda": _host_cuda, "polygraphy.backend.trt.runner": _runner}
 
 
 class _Patch(importlib.abc.MetaPathFinder):
@@ -211,13 +170,17 @@ class _Patch(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             original(module)
-            for attribute, value in PATCHES[name].items():
-                setattr(module, attribute, value)
+            PATCHES[name](module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
+    """Patch Polygraphy's modules when they are imported, and those already imported."""
     if not any(isinstance(f, _Patch) for f in sys.meta_path):
         sys.meta_path.insert(0, _Patch())
+    for name, patch in PATCHES.items():
+        if name in sys.modules and not getattr(sys.modules[name], "_trt_double", False):
+            patch(sys.modules[name])
+            sys.modules[name]._trt_double = True  # type: ignore[attr-defined]
