@@ -98,3 +98,40 @@ def test_the_zoo_comparison_runs_on_the_cpu_here() -> None:
     assert result["ok"], result["failures"]
     assert result["samples"] == 32 and result["tolerance"]["min_cosine"] == 0.999
     assert result["metrics"]["logits"]["min_cosine"] >= 0.999
+
+
+def test_the_project_timer_it_drives_times_the_launches_it_is_handed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The contract the check relies on, with a stand-in for libcudart: _timed_ms records an event,
+    # calls execute_async_v3 on the stream once per launch, records and reads the second event.
+    from types import SimpleNamespace
+
+    import polygraphy.cuda
+
+    from builder.engines.trt_runner import _timed_ms
+
+    calls: list[str] = []
+
+    class FakeCudart:
+        def __getattr__(self, name: str) -> Any:
+            def call(*args: Any) -> int:
+                calls.append(name)
+                if name == "cudaEventElapsedTime":
+                    args[0]._obj.value = 12.5
+                return 0
+
+            return call
+
+    monkeypatch.setattr(polygraphy.cuda, "wrapper", lambda: SimpleNamespace(handle=FakeCudart()))
+    launched: list[int] = []
+
+    def execute_async_v3(ptr: int) -> bool:
+        launched.append(ptr)
+        return True
+
+    context = SimpleNamespace(execute_async_v3=execute_async_v3)
+    assert _timed_ms(context, SimpleNamespace(ptr=0xABC), 7) == 12.5  # type: ignore[arg-type]
+    assert launched == [0xABC] * 7
+    assert calls == [
+        "cudaEventCreate", "cudaEventCreate", "cudaEventRecord", "cudaEventRecord",
+        "cudaEventSynchronize", "cudaEventElapsedTime", "cudaEventDestroy", "cudaEventDestroy",
+    ]  # fmt: skip
