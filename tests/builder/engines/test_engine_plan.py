@@ -578,3 +578,18 @@ def test_the_double_runs_overlapping_profiles_only_as_triton_chooses(trt10, vari
         with pytest.raises(RuntimeError, match="Triton serves them with profile 0"):
             runner.infer({"input": np.zeros((4, 3, 8, 48), np.float32)})
         assert list(runner.infer({"input": np.zeros((4, 3, 48, 8), np.float32)})) == ["logits"]
+
+
+def test_on_tensorrt_11_a_plan_is_built_run_and_timed_through_polygraphy(
+    trt11: TrtDouble, tmp_path, variants, a10
+) -> None:
+    # TensorRT 11 has no FP16 flag: Polygraphy's CreateConfig is asked for none, and the FP16
+    # variant is parsed strongly typed; its runner and the timing then run the plan.
+    eleven = TensorRTAvailability(True, "test machine", "11.4.0.1", a10.gpu)
+    (result,) = _plan(tmp_path, variants, eleven, [Precision.FP16])
+    assert result.status is Status.BUILT, result.message
+    assert trt11.named("create_network") == [[2]] and trt11.named("set_flag") == []
+    assert trt11.named("parse_from_file") == [[str(variants[Precision.FP16])]]
+    assert {p for p, _ in trt11.named("infer")} == {0}
+    meta = read_metadata(result.plan)
+    assert meta is not None and meta.tensorrt_version == "11.4.0.1" and meta.ms_per_sample is not None
