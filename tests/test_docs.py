@@ -1,5 +1,6 @@
 """The docs' examples are true to the code: every Python block parses, the spec example is a
-valid spec, and the example target of docs/targets.md is a complete Target that writes a config."""
+valid spec, the example target of docs/targets.md is a complete Target that writes a config, and
+the example source of docs/sources.md has every member of a source, exports its archive and runs it."""
 
 import re
 from pathlib import Path
@@ -38,3 +39,33 @@ def test_the_example_target_is_complete_and_writes_a_config() -> None:
     cfg = target.core_config(resnet, "resnet18", Precision.FP32)
     assert cfg.backend == "openvino" and cfg.max_batch_size == resnet.max_batch_size
     assert cfg.instance_group[0].count == resnet.instances.count and cfg.HasField("dynamic_batching")
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.s:DeprecationWarning")  # making the archive
+def test_the_example_source_is_complete_and_exports_and_runs_its_archive(tmp_path: Path) -> None:
+    import numpy as np
+    import torch
+    from typing_extensions import get_protocol_members
+
+    from builder.errors import SpecError
+    from builder.sources import ModelSource
+    from builder.stages.export import write_onnx
+    from builder.stages.verify import run_onnx
+    from tests.builder.sources.entries import model
+
+    (code,) = [c for c in blocks(ROOT / "docs" / "sources.md", "python") if "class TorchScriptSource" in c]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/sources.md", "exec"), namespace)
+    source = namespace["TorchScriptSource"]()  # type: ignore[operator]
+    assert all(hasattr(source, member) for member in get_protocol_members(ModelSource))
+    entry = model("m.onnx").model_copy(update={"source": "m.pt"})  # what the spec would then accept
+    assert source.claims(entry) and not source.claims(model("m.onnx"))
+    with pytest.raises(SpecError):
+        source.check_paths(entry, tmp_path, tmp_path / "models.yaml")
+    torch.jit.save(torch.jit.script(torch.nn.ReLU()), str(tmp_path / "m.pt"))
+    x = np.array([[-1.0, 0.0, 2.0, -3.0]], np.float32)
+    out = source.reference(entry, {"x": x}, spec_dir=tmp_path, spec_file=tmp_path, log=tmp_path / "log")
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    load = lambda: source.load(entry, tmp_path, tmp_path / "models.yaml")  # noqa: E731
+    exported = write_onnx(entry, load, spec_file=tmp_path / "models.yaml", out=tmp_path / "m.onnx")
+    np.testing.assert_array_equal(run_onnx(exported, {"x": x}, batch_size=0)["y"], np.maximum(x, 0))
