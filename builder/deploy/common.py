@@ -66,28 +66,6 @@ class DeployOptions:
         return self.repository_url or IMAGE_REPOSITORY
 
 
-DOCKERFILE = Path(__file__).resolve().parents[2] / "Dockerfile"
-_ARG = re.compile(r"^ARG (\w+)=(\S+)", re.M)
-_SERVER_BASE = re.compile(r"^FROM (\S+) AS server$", re.M)
-
-
-def triton_release(dockerfile: Path = DOCKERFILE) -> str:
-    """The tag of the tritonserver image the serving stage builds on (``25.10-py3``): the
-    release whose TensorRT the plans are built with. Read from the Dockerfile, its ARGs
-    resolved as docker does, so that one place names it."""
-    try:
-        text = dockerfile.read_text(encoding="utf-8")
-    except OSError:
-        raise UserError(
-            f"{dockerfile} is missing: the Triton release is read from it", field="Dockerfile"
-        ) from None
-    args = dict(_ARG.findall(text.split("\nFROM ", 1)[0]))
-    found = _SERVER_BASE.findall(text)
-    if len(found) != 1:
-        raise UserError("no single 'FROM ... AS server' stage", field=f"{dockerfile.name}")
-    return re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), found[0]).rpartition(":")[2]
-
-
 def labels(opts: DeployOptions) -> dict[str, str]:
     return {"app.kubernetes.io/name": "tritonforge", "app.kubernetes.io/instance": opts.name}
 
