@@ -5,8 +5,10 @@ synthetic samples the variants are verified on take that shape. Some graphs need
 front-end's window of 512 samples): the guessed dims are doubled until ONNX Runtime runs the graph
 on synthetic inputs, within the profile's max, and the profile's min and opt become that shape.
 What was tried is kept per model and graph for the build log (``probe_record``). A graph that
-ONNX Runtime cannot load, or whose inputs the probe cannot make, is left as guessed: the reference
-stage reports it.
+ONNX Runtime cannot load, whose inputs the probe cannot make, or whose weights are external or
+over ``PROBE_MAX_BYTES`` is left as guessed: the reference stage reports what fails. The probe
+costs a session and one run per spec load (once per process), only for entries that leave a
+dynamic dim to the guess.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ _NUMPY = {
     "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "STRING": np.object_,
 }  # fmt: skip
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
-SMALL_INITIALIZER = 1024  # elements: shape constants and the like, which decide what runs
+SMALL_INITIALIZER = 1024
+# A larger graph is left as guessed: each load of the spec would load it into ONNX Runtime.
+PROBE_MAX_BYTES = 512 << 20  # elements: shape constants and the like, which decide what runs
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ def probe_shapes(
 ) -> dict[str, Any]:
     """``shapes`` (input -> min / opt / max) with the ``guessed`` axes of min and opt grown to a
     shape ONNX Runtime runs; unchanged when the first guess runs or nothing can be probed."""
-    if io.model is None or isinstance(entry.get("sequence"), dict) or _external(io.model):
+    if io.model is None or isinstance(entry.get("sequence"), dict) or _too_big(io.model):
         return shapes
     batching = isinstance(entry.get("max_batch_size"), int) and entry["max_batch_size"] > 0
     key = (digest(io.model), repr((sorted(shapes.items()), sorted(guessed.items()), batching)))
@@ -185,10 +189,12 @@ def _run(session: Any, feed: dict[str, NDArray[Any]]) -> str | None:
     return None
 
 
-def _external(model: Any) -> bool:
+def _too_big(model: Any) -> bool:
+    """Weights in external files (not loaded here), or more than a spec load should load."""
     from onnx import TensorProto
 
-    return any(init.data_location == TensorProto.EXTERNAL for init in model.graph.initializer)
+    external = any(init.data_location == TensorProto.EXTERNAL for init in model.graph.initializer)
+    return external or int(model.ByteSize()) > PROBE_MAX_BYTES
 
 
 def digest(model: Any) -> str:

@@ -85,3 +85,14 @@ def test_a_spec_loaded_again_is_not_probed_again(tmp_path: Path, monkeypatch: py
     assert load_spec(spec).models[0].profiles[0].shapes["waveform"].opt == [256]
     monkeypatch.setattr(probe, "_session", lambda model: pytest.fail("probed again"))
     assert load_spec(spec).models[0].profiles[0].shapes["waveform"].opt == [256]
+
+
+def test_a_graph_over_the_size_limit_is_left_as_guessed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from builder.spec import probe
+
+    monkeypatch.setattr(probe, "PROBE_MAX_BYTES", 1000)
+    f.save(g.audio_front_end(384), tmp_path / "front.onnx")
+    model = load_spec(_spec(tmp_path, source="front.onnx")).models[0]
+    assert model.profiles[0].shapes["waveform"].opt == [DYNAMIC_OPT]
