@@ -172,6 +172,7 @@ ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
     "integration/test_llm_serving", "integration/test_minilm_serving", "integration/test_openai_endpoint",
     "integration/test_overload", "integration/test_queue_bound", "integration/test_targets",
     "integration/test_zoo_serving", "builder/test_golden_configs", "integration/test_dockerfile_stages",
+    "integration/test_openai_embeddings", "integration/triton_openai/test_triton_openai_client",
 ))  # fmt: skip
 ENGINE_SCOPE = "engines"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 
@@ -55,8 +56,8 @@ def test_chat_whole(client: openai.OpenAI) -> None:
 
 def test_chat_stream_with_usage(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=16, temperature=0)  # type: ignore[arg-type]
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=CHAT, max_tokens=16, temperature=0, stream=True,  # type: ignore[arg-type]
+    chunks = list(client.chat.completions.create(  # type: ignore[call-overload]
+        model=MODEL, messages=CHAT, max_tokens=16, temperature=0, stream=True,
         stream_options={"include_usage": True},
     ))  # fmt: skip
     texts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
@@ -112,7 +113,7 @@ def test_seed_makes_sampling_repeatable(client: openai.OpenAI) -> None:
 
 def test_bad_request_is_400_in_openai_shape(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens="many")  # type: ignore[arg-type]
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens="many")  # type: ignore[call-overload]
     assert caught.value.status_code == 400
     body = caught.value.body
     assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
@@ -165,3 +166,63 @@ def test_oversized_body_is_413(client: openai.OpenAI) -> None:
         client.completions.create(model=MODEL, prompt="x" * (MAX_BODY + 1), max_tokens=2)
     assert caught.value.status_code == 413
     assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "request_too_large"
+
+
+def test_echo_puts_the_prompt_first_whole_and_streamed(client: openai.OpenAI) -> None:
+    plain = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0)
+    echoed = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, echo=True)
+    assert echoed.choices[0].text == PROMPT + plain.choices[0].text
+    assert echoed.usage == plain.usage  # the prompt is not counted twice
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0,
+                                            echo=True, stream=True))  # fmt: skip
+    assert "".join(c.choices[0].text for c in chunks) == echoed.choices[0].text
+
+
+def test_a_list_of_prompts_gives_one_choice_per_prompt(client: openai.OpenAI) -> None:
+    """As vLLM: prompt i's n choices are i * n .. i * n + n - 1; each equals that prompt alone."""
+    prompts = [PROMPT, "Once upon a time"]
+    alone = [client.completions.create(model=MODEL, prompt=p, max_tokens=5, temperature=0) for p in prompts]
+    both = client.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0, n=2)
+    assert [c.index for c in both.choices] == [0, 1, 2, 3]
+    assert [c.text for c in both.choices] == [alone[0].choices[0].text] * 2 + [alone[1].choices[0].text] * 2
+    assert both.usage is not None and all(a.usage is not None for a in alone)
+    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone if a.usage)
+    streamed: dict[int, str] = {}
+    for c in client.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0, stream=True):
+        streamed[c.choices[0].index] = streamed.get(c.choices[0].index, "") + c.choices[0].text
+    assert streamed == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}
+
+
+def test_without_model_the_one_model_served_answers(endpoint: OpenAIServer) -> None:
+    """The SDK requires ``model``: the request goes as JSON, with a lower-case Bearer scheme."""
+    body = {"prompt": PROMPT, "max_tokens": 3, "temperature": 0}
+    reply = httpx.post(f"{endpoint.url}/completions", json=body, headers={"Authorization": f"bearer {KEY}"},
+                       timeout=120)  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["model"] == MODEL and reply.json()["choices"][0]["text"]
+
+
+def test_tool_choice_none_answers_without_tools_and_auto_is_400(client: openai.OpenAI) -> None:
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    ask = {"model": MODEL, "messages": CHAT, "max_tokens": 8, "temperature": 0}
+    plain = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    reply = client.chat.completions.create(**ask, tools=tools, tool_choice="none")  # type: ignore[call-overload]
+    assert reply.choices[0].message.content == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(**ask, tools=tools)  # type: ignore[call-overload]
+    assert "tool-call parser" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("ask", "param"),
+    [
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"42": 5}}, "logit_bias"),
+        ({"logprobs": True}, "logprobs"),
+    ],
+)
+def test_what_would_be_ignored_is_400(client: openai.OpenAI, ask: dict[str, object], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, **ask)  # type: ignore[call-overload]
+    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == param

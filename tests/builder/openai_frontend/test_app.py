@@ -104,6 +104,7 @@ def fake() -> Iterator[TestClient]:
     settings = Settings(f"127.0.0.1:{find_free_port()}", api_key=KEY)
     app = create_app(settings)
     with TestClient(app, headers={"Authorization": f"bearer {KEY}"}) as c:  # the scheme in lower case
+        c.portal.call(app.state.bridge.close)  # type: ignore[union-attr]
         app.state.bridge = FakeBridge()
         yield c
 
