@@ -179,18 +179,22 @@ def test_echo_puts_the_prompt_first_whole_and_streamed(client: openai.OpenAI) ->
 
 
 def test_a_list_of_prompts_gives_one_choice_per_prompt(client: openai.OpenAI) -> None:
-    """As vLLM: prompt i's n choices are i * n .. i * n + n - 1; each equals that prompt alone."""
+    """As vLLM: prompt i's n choices are i * n .. i * n + n - 1; greedy, each equals that prompt alone."""
     prompts = [PROMPT, "Once upon a time"]
     alone = [client.completions.create(model=MODEL, prompt=p, max_tokens=5, temperature=0) for p in prompts]
-    both = client.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0, n=2)
-    assert [c.index for c in both.choices] == [0, 1, 2, 3]
-    assert [c.text for c in both.choices] == [alone[0].choices[0].text] * 2 + [alone[1].choices[0].text] * 2
-    assert both.usage is not None and all(a.usage is not None for a in alone)
-    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone if a.usage)
+    both = client.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0)
+    assert [(c.index, c.text) for c in both.choices] == [(i, a.choices[0].text) for i, a in enumerate(alone)]
+    assert both.usage is not None and both.usage.prompt_tokens == sum(
+        a.usage.prompt_tokens for a in alone if a.usage
+    )
     streamed: dict[int, str] = {}
     for c in client.completions.create(model=MODEL, prompt=prompts, max_tokens=5, temperature=0, stream=True):
         streamed[c.choices[0].index] = streamed.get(c.choices[0].index, "") + c.choices[0].text
     assert streamed == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}
+    sampled = client.completions.create(model=MODEL, prompt=prompts, max_tokens=3, n=2, temperature=1.0,
+                                        seed=7, extra_body={"ignore_eos": True})  # fmt: skip
+    assert [(c.index, c.finish_reason) for c in sampled.choices] == [(i, "length") for i in range(4)]
+    assert sampled.usage is not None and sampled.usage.completion_tokens == 4 * 3
 
 
 def test_without_model_the_one_model_served_answers(endpoint: OpenAIServer) -> None:
