@@ -153,6 +153,7 @@ def test_a_gpu_host_run_builds_every_plan_then_rebuilds_none(tiny_project: Path,
     assert report["steps"]["rebuild"]["rebuilt"] == []
     (plan,) = report["steps"]["plans"]  # the served one, installed in the repository
     assert plan["tensorrt_version"] == "10.13.0.35" and plan["verification"]
+    assert plan["in_use"] and report["served"] == {"tiny": plan["precision"]}
     assert report["steps"]["server"] == {"ok": None, "skipped": "--no-server"}
 
 
