@@ -222,22 +222,25 @@ async def _merged(
     firsts: Sequence[Piece | None], streams: Sequence[AsyncGenerator[Piece, None]]
 ) -> AsyncGenerator[Tagged, None]:
     """Each prompt's first piece, then the rest of every stream as they come, tagged by prompt."""
+    inner = _interleaved(streams) if len(streams) > 1 else None
     try:
         for i, first in enumerate(firsts):
             if first is not None:
                 yield i, first
-        if len(streams) == 1:
+        if inner is None:
             async for piece in streams[0]:
                 yield 0, piece
         else:
-            async for tagged in _interleaved(streams):
+            async for tagged in inner:
                 yield tagged
     finally:
+        if inner is not None:
+            await inner.aclose()  # its pumps stop before their streams are closed
         for stream in streams:
             await stream.aclose()
 
 
-async def _interleaved(streams: Sequence[AsyncIterator[Piece]]) -> AsyncIterator[Tagged]:
+async def _interleaved(streams: Sequence[AsyncIterator[Piece]]) -> AsyncGenerator[Tagged, None]:
     queue: asyncio.Queue[tuple[int, Piece | Exception | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: AsyncIterator[Piece]) -> None:
