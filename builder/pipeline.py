@@ -169,7 +169,7 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     ), lambda d: _check(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     reference = _run_user(ctx, model, ReferenceInputs(
         exported_sha256=_sha(export), source_fingerprint=source_fp,
-        evaluation=data_fingerprint(model.evaluation, ctx.spec_dir) if model.evaluation else "synthetic",
+        evaluation=_evaluation(model, ctx),
         sequence=model.sequence,
     ), lambda d: _reference(model, ctx, export.out / "model.onnx", d))  # fmt: skip
     out.stages += [export, check, reference]
@@ -183,6 +183,13 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
             out.reports[precision] = _dropped(precision, f"verify-{precision.value}", exc)
     _report_failures(out, ctx)
     return out
+
+
+def _evaluation(model: ModelSpec, ctx: BuildContext) -> str:
+    """The reference's data in its key: the evaluation data, or synthetic samples at the opt shapes."""
+    if model.evaluation is not None:
+        return data_fingerprint(model.evaluation, ctx.spec_dir)
+    return f"synthetic:{[model.shape_range(t).opt for t in model.inputs]}"
 
 
 def _run_user(

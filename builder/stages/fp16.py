@@ -14,8 +14,8 @@ from numpy.typing import NDArray
 from onnxconverter_common import float16
 
 from builder.errors import ModelRefused
+from builder.stages.sessions import quiet_session
 
-QUIET = 4  # ORT's log severity: fatal only
 _PROBE_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -83,17 +83,9 @@ def _casts_match_their_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _session(path: Path) -> ort.InferenceSession:
-    """A session that logs nothing: the probe's shapes may not suit the model (dynamic dims as 1),
-    and what ORT would print beside the exception it raises would reach the console."""
-    options = ort.SessionOptions()
-    options.log_severity_level = QUIET
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def _check_runs(path: Path, fp32_onnx: Path) -> None:
     try:
-        session = _session(path)
+        session = quiet_session(path)
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
         raise ModelRefused(
             f"{fp32_onnx.name}: fp16: ONNX Runtime cannot load the converted model: {exc}"
@@ -122,7 +114,7 @@ def _probe(session: ort.InferenceSession) -> dict[str, NDArray[Any]] | None:
 
 def _runs(path: Path, feed: dict[str, NDArray[Any]]) -> bool:
     try:
-        _session(path).run(None, feed)
+        quiet_session(path).run(None, feed)
     except Exception:
         return False
     return True

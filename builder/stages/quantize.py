@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from numpy.typing import NDArray
 from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import (
@@ -39,6 +38,7 @@ from builder.spec import Calibration, ModelSpec
 from builder.spec import CalibrationMethod as SpecMethod
 from builder.stages.check import graph_opset
 from builder.stages.inputs import Int8Recipe
+from builder.stages.sessions import quiet_session
 
 ONNX_RUNTIME_INT8 = Int8Recipe()
 
@@ -165,7 +165,7 @@ def per_channel_ready(fp32_onnx: Path, per_channel: bool, tmp: Path) -> tuple[Pa
         onnx.checker.check_model(converted)
         path = tmp / "opset13.onnx"
         onnx.save(converted, str(path))
-        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        quiet_session(path)
     except Exception as exc:  # the converter lacks adapters for some ops; ORT may refuse its result
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return fp32_onnx, False, f"opset {opset} could not be converted to 13 ({first}): quantized per tensor"
@@ -314,9 +314,11 @@ def tensorrt_qdq_problems(graph: onnx.GraphProto) -> list[str]:
 
 def _load_in_ort(path: Path, model: str, variant: str) -> None:
     try:
-        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        quiet_session(path)
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
-        raise ModelRefused(f"model '{model}': {variant}: ONNX Runtime cannot load {path.name}: {exc}") from exc
+        raise ModelRefused(
+            f"model '{model}': {variant}: ONNX Runtime cannot load {path.name}: {exc}"
+        ) from exc
 
 
 def _has_op_in(graph: onnx.GraphProto, ops: set[str]) -> bool:

@@ -21,6 +21,8 @@ import onnx
 from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.stages.sessions import quiet_session
+
 
 def smooth_matmul_inputs(
     src: str | Path,
@@ -72,13 +74,11 @@ def _activation_absmax(
     model: onnx.ModelProto, tensors: list[str], samples: dict[str, NDArray[Any]], batch_size: int
 ) -> dict[str, NDArray[Any]]:
     """Per-channel (last axis) max |x| of each tensor over all samples."""
-    import onnxruntime as ort
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
-    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = quiet_session(probe.SerializeToString())
     names = {i.name for i in session.get_inputs()}
     amax: dict[str, NDArray[Any]] = {}
     for batch in _batches(samples, batch_size):

@@ -19,19 +19,15 @@ from builder.errors import SpecError
 from builder.progress import progress
 from builder.records import OutputMetrics, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
+from builder.stages.sessions import quiet_session
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
-QUIET = 4  # ORT's log severity: fatal only
 
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
-    """An ORT CPU session that logs nothing of its own: a failure is raised, and reported with the
-    variant; ORT's warnings and error lines would reach the console of a build that passes."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = QUIET
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    """An ORT CPU session that logs nothing of its own (``builder.stages.sessions``)."""
+    return quiet_session(path, threads)
 
 
 def run_onnx(
