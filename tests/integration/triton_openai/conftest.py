@@ -26,8 +26,9 @@ from tests.integration.fixtures.llm_repo import MODEL
 
 HERE = Path(__file__).parent
 STOPPING = (
-    "the model's own stopping choice: without max_tokens vLLM's default of 16 applies, and "
-    "SmolLM2-135M is still answering then, so finish_reason is 'length' where the test wants 'stop'"
+    "where the answer stops: without max_tokens the model's default of 16 tokens applies (vLLM's "
+    "SamplingParams default; vLLM's own server allows up to the context's end), and SmolLM2-135M is "
+    "still answering then, so finish_reason is 'length' where the test wants 'stop'"
 )
 LOGPROBS = "log-probabilities are not returned yet (issue 40, part 2): the endpoint refuses them with a 400"
 # test name (class::function, without parameters) -> (why, strict, the exception it fails with)
