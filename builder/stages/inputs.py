@@ -61,7 +61,7 @@ class StageInputs(BaseModel):
 class ExportInputs(StageInputs):
     STAGE = "export"
     TOOLS = ("torch", "onnx")
-    CODE = ("builder.stages.export",)
+    CODE = ("builder.sources", "builder.stages.export")  # every source kind, and what writes the file
     source: str
     source_fingerprint: str
     inputs: list[TensorSpec]
@@ -89,7 +89,7 @@ class CheckInputs(StageInputs, OmitsUnset):
 class ReferenceInputs(StageInputs, OmitsUnset):
     STAGE = "reference"
     TOOLS = ("torch", "onnxruntime", "numpy")
-    CODE = ("builder.data", "builder.stages.export", "builder.stages.verify")
+    CODE = ("builder.data", "builder.sources", "builder.stages.export", "builder.stages.verify")
     exported_sha256: str
     source_fingerprint: str
     evaluation: str  # fingerprint of the evaluation data and its reader

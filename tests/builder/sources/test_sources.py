@@ -1,4 +1,5 @@
-"""builder.sources: exactly one kind claims each form of ``source`` a valid spec allows."""
+"""builder.sources: exactly one kind claims each form of ``source`` a valid spec allows, and the
+sources are part of the code of the stages that read them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pytest
 
 from builder.sources import SOURCES, source_of
 from builder.spec import ModelSpec
+from builder.stages.code import ROOT, closure
+from builder.stages.inputs import ExportInputs, ReferenceInputs
 from tests.builder.sources.entries import model
 
 
@@ -32,3 +35,9 @@ def test_a_source_no_kind_claims_is_a_defect_not_the_users() -> None:
 def test_the_registry_is_keyed_by_each_kind() -> None:
     assert list(SOURCES) == ["onnx", "factory", "checkpoint"]
     assert all(s.kind == name and s.description for name, s in SOURCES.items())
+
+
+def test_editing_a_source_kind_reruns_the_export_and_reference_stages() -> None:
+    files = {str(p.relative_to(ROOT)) for p in closure(ExportInputs.CODE)}
+    assert {"builder/sources/factory.py", "builder/stages/checkpoint.py"} <= files
+    assert "builder/sources/onnx_file.py" in {str(p.relative_to(ROOT)) for p in closure(ReferenceInputs.CODE)}
