@@ -39,10 +39,11 @@ def as_bytes(item: Any) -> bytes:
 
 
 def pixel_values(processor: Any, images: list[bytes]) -> NDArray[Any]:
-    """float32 [len(images), C, H, W]."""
-    from PIL import Image
+    """float32 [len(images), C, H, W], each image turned upright by its EXIF orientation first, as
+    transformers' ``load_image`` does (a phone's photo is stored sideways with a rotation tag)."""
+    from PIL import Image, ImageOps
 
-    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    pictures = [ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB") for data in images]
     return np.asarray(processor(images=pictures, return_tensors="np")["pixel_values"], dtype=np.float32)
 
 

@@ -3,9 +3,12 @@
 ``AutoTokenizer`` loads the checkpoint's tokenizer files copied beside this file. The outputs are
 the ones the model config names: the tokenizer's ``model_input_names`` (INT64, [-1]), and for token
 classification ``offset_mapping`` ([-1, 2]) and ``special_tokens_mask`` ([-1]), which the
-post-processing needs. The texts of the requests handled together are padded to the longest and
-truncated at the ``max_length`` parameter. A request with invalid UTF-8 gets an error response; the
-others still succeed. The helpers import without Triton, so tests call them directly.
+post-processing needs. Each request is tokenized on its own, its texts padded to its own longest
+and truncated at the ``max_length`` parameter: a request's answer never depends on the requests
+Triton's dynamic batcher handed over with it (padding to another request's length would change a
+feature extractor's ``last_hidden_state``). Requests of equal length still batch downstream. A
+request with invalid UTF-8 gets an error response; the others still succeed. The helpers import
+without Triton, so tests call them directly.
 """
 
 from __future__ import annotations
@@ -69,14 +72,12 @@ class TritonPythonModel:
             except ValueError as exc:
                 texts.append(None)
                 errors.append(str(exc))
-        flat = [t for group in texts if group for t in group]
-        arrays = encode(self.tokenizer, flat, self.names, self.max_length) if flat else {}
-        responses, row = [], 0
+        responses = []
         for group, error in zip(texts, errors, strict=True):
             if error is not None or group is None:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
                 continue
-            outputs = [pb_utils.Tensor(n, arrays[n][row : row + len(group)]) for n in self.names]
+            arrays = encode(self.tokenizer, group, self.names, self.max_length)
+            outputs = [pb_utils.Tensor(n, arrays[n]) for n in self.names]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
-            row += len(group)
         return responses

@@ -1,0 +1,88 @@
+"""The checkpoint pipelines' pre-processing models answer each request as transformers would for it
+alone: a text tokenized without the other requests of its batch, an image turned upright by EXIF."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from builder.python_models.hf_image_processor import model as image_model
+from builder.python_models.hf_tokenizer import model as tokenizer_model
+from tests.builder.fixtures import hf_checkpoints as hf
+
+
+class FakePb:
+    """The few ``pb_utils`` names the tokenizer model calls."""
+
+    class TritonError:
+        def __init__(self, message: str) -> None:
+            self.message = message
+
+    class InferenceResponse:
+        def __init__(self, output_tensors: Any = None, error: Any = None) -> None:
+            self.outputs = {t.name: t.array for t in output_tensors or []}
+            self.error = error
+
+    class Tensor:
+        def __init__(self, name: str, array: np.ndarray[Any, Any]) -> None:
+            self.name, self.array = name, array
+
+    @staticmethod
+    def get_input_tensor_by_name(request: Any, name: str) -> Any:
+        return SimpleNamespace(as_numpy=lambda: request[name])
+
+
+def request(*texts: str) -> dict[str, Any]:
+    return {"TEXT": np.array([[t.encode()] for t in texts], dtype=object)}
+
+
+def test_each_request_is_tokenized_as_if_sent_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hf.save_tokenizer(tmp_path)
+    monkeypatch.setattr(tokenizer_model, "pb_utils", FakePb)
+    model = object.__new__(tokenizer_model.TritonPythonModel)
+    model.names = ["input_ids", "attention_mask"]
+    model.max_length = 64
+    model.tokenizer = tokenizer_model.load_tokenizer(tmp_path)
+    short, long = request("paris"), request("the cat sat on the mat and then it sat on the hat", "a b")
+    together = model.execute([short, long])
+    alone = [model.execute([short])[0], model.execute([long])[0]]
+    for got, want in zip(together, alone, strict=True):
+        assert got.error is None
+        for name in model.names:
+            np.testing.assert_array_equal(got.outputs[name], want.outputs[name])
+    assert together[0].outputs["attention_mask"].all()  # no padding to the other request's length
+    assert not together[1].outputs["attention_mask"][1].all()  # within a request, padded to its longest
+
+
+def rotated_jpeg() -> tuple[bytes, Image.Image]:
+    """A JPEG stored sideways with EXIF orientation 6 (rotate 90° clockwise to view), and the
+    picture as it should look."""
+    upright = Image.fromarray(np.tile(np.linspace(0, 255, 64, dtype=np.uint8), (32, 1))).convert("RGB")
+    stored = upright.transpose(Image.Transpose.ROTATE_90)  # what the camera wrote
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    stored.save(out, format="JPEG", exif=exif, quality=95)
+    return out.getvalue(), upright
+
+
+def test_an_image_is_turned_upright_by_its_exif_orientation_as_transformers_does(tmp_path: Path) -> None:
+    from transformers.image_utils import load_image
+
+    hf.vit(tmp_path)
+    processor = image_model.load_processor(tmp_path)
+    data, upright = rotated_jpeg()
+    served = image_model.pixel_values(processor, [data])
+    expected = processor(images=[load_image(Image.open(io.BytesIO(data)))], return_tensors="np")[
+        "pixel_values"
+    ]
+    np.testing.assert_allclose(served, expected, atol=1e-6)
+    sideways = processor(images=[Image.open(io.BytesIO(data)).convert("RGB")], return_tensors="np")
+    assert not np.allclose(served, sideways["pixel_values"], atol=1e-2)  # the orientation mattered
+    assert load_image(Image.open(io.BytesIO(data))).size == upright.size
