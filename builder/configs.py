@@ -27,6 +27,7 @@ from tritonclient.grpc.model_config_pb2 import (
 )
 
 from builder.dtypes import triton_type
+from builder.python_models.onnx_runner import contract as runner
 from builder.spec import (
     FACTORY_PATTERN,
     Batching,
@@ -42,7 +43,7 @@ from builder.spec import (
 from builder.spec.sequence import Controls, SequenceSpec, Strategy
 
 CONFIG_FILE = "config.pbtxt"
-ONNX_FILE = "model.onnx"
+ONNX_FILE = runner.ONNX_FILE  # every target's name for a variant's graph (the onnxruntime backend's too)
 KIND_CPU = "KIND_CPU"
 KIND_GPU = "KIND_GPU"
 # Triton has no rank-0 tensors in a request: a model's scalar is sent as [1] and reshaped to [].
@@ -171,7 +172,7 @@ def set_sequence_batching(cfg: ModelConfig, seq: SequenceSpec, *, implicit_state
 def sequence_state_parameter(seq: SequenceSpec) -> str:
     """The states, as JSON, for a model that keeps them itself (the local target's onnx_sequence)."""
     states = [
-        {"input": s.input, "output": s.output, "dtype": s.dtype.value, "dims": s.dims} for s in seq.state
+        runner.StateEntry(input=s.input, output=s.output, dtype=s.dtype.value, dims=s.dims) for s in seq.state
     ]
     return json.dumps(states, separators=(",", ":"))
 
@@ -199,9 +200,9 @@ def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str,
         return {}
     reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing
     return {
-        "max_queue_size": str(policy.max_queue_size),
-        "queue_timeout_us": str(policy.default_timeout_us if reject else 0),
-        "allow_timeout_override": _param_str(policy.allow_timeout_override),
+        runner.MAX_QUEUE_SIZE: str(policy.max_queue_size),
+        runner.QUEUE_TIMEOUT_US: str(policy.default_timeout_us if reject else 0),
+        runner.ALLOW_TIMEOUT_OVERRIDE: _param_str(policy.allow_timeout_override),
     }
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import SpecError
+from builder.python_models.hf_tokenizer.contract import MAX_LENGTH
 
 PYTHON_MODELS = Path(__file__).parents[1] / "python_models"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -305,7 +306,7 @@ def python_model_entries(ckpt: Checkpoint, name: str, batch: int) -> list[dict[s
         pre = {
             "name": f"{name}_preprocess", "path": str(PYTHON_MODELS / "hf_tokenizer"),
             "inputs": [_tensor("TEXT", "STRING", [1])], "outputs": pre_out,
-            "parameters": {"max_length": ckpt.max_length}, "files": ckpt.files, **common,
+            "parameters": {MAX_LENGTH: ckpt.max_length}, "files": ckpt.files, **common,
         }  # fmt: skip
     else:
         pre = {

@@ -17,6 +17,7 @@ from builder.configs import (
     set_parameters,
 )
 from builder.python_models import model_sources, package
+from builder.python_models.onnx_runner import contract as runner
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, ModelSpec, Precision
 from builder.targets.base import ModelEntry, Target
@@ -50,12 +51,12 @@ class LocalTarget(Target):
     def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
         cfg = model_io_config(model, name)
         cfg.backend = "python"
-        set_parameters(cfg, {"onnx_file": ONNX_FILE, "precision": variant.value,
-                             "intra_op_threads": str(model.serve.threads)})  # fmt: skip
+        set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, runner.PRECISION: variant.value,
+                             runner.INTRA_OP_THREADS: str(model.serve.threads)})  # fmt: skip
         if model.serve.spinning is not None:  # unset: the runner's rule (spin only with a core to spare)
-            set_parameters(cfg, {"allow_spinning": "1" if model.serve.spinning else "0"})
+            set_parameters(cfg, {runner.ALLOW_SPINNING: "1" if model.serve.spinning else "0"})
         if model.sequence is not None:
-            set_parameters(cfg, {"sequence_state": sequence_state_parameter(model.sequence)})
+            set_parameters(cfg, {runner.SEQUENCE_STATE: sequence_state_parameter(model.sequence)})
         # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
         set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
         return self._serving(cfg, model, queue_policy=self.writes_queue_policy(model.batching))

@@ -74,7 +74,7 @@ def test_local_runs_the_sequence_model_which_keeps_the_states() -> None:
     build = ModelBuild(spec, {Precision.FP32: Path("model.onnx")}, served=Precision.FP32)
     build.reports[Precision.FP32] = VerificationReport(Precision.FP32, True, {}, [])
     [entry] = get("local").core_models(build, None)
-    assert entry.sources == {"model.py": ONNX_SEQUENCE}
+    assert entry.sources == {"model.py": ONNX_SEQUENCE, "contract.py": ONNX_SEQUENCE.with_name("contract.py")}
     sb = entry.config.sequence_batching
     assert not sb.state  # the 2.51 Python backend has no implicit state
     assert sb.WhichOneof("strategy_choice") == "oldest" and sb.oldest.max_candidate_sequences == 64

@@ -68,7 +68,7 @@ def _utils() -> types.ModuleType:
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[Any]:
-    with loaded_runner(_utils(), "onnx_runner_execute_under_test") as module:
+    with loaded_runner(_utils()) as module:
         yield module
 
 

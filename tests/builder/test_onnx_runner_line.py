@@ -14,7 +14,7 @@ from tests.builder.fixtures.onnx_runner import loaded_runner
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[Any]:
-    with loaded_runner(types.ModuleType("triton_python_backend_utils"), "onnx_runner_under_test") as module:
+    with loaded_runner(types.ModuleType("triton_python_backend_utils")) as module:
         yield module
 
 

@@ -17,7 +17,6 @@ import pytest
 from tests.builder.fixtures.onnx_runner import Response, Tensor, loaded_runner
 from tests.builder.fixtures.recurrent import CHUNKS, chunks, onnx_loop, rnn_model, vad_model, write_project
 
-MODEL = Path(__file__).parents[2] / "builder" / "python_models" / "onnx_sequence" / "model.py"
 START, END = 1, 2
 
 
@@ -50,7 +49,7 @@ def _utils() -> types.ModuleType:
 
 @pytest.fixture(scope="module")
 def module() -> Iterator[Any]:
-    with loaded_runner(_utils(), "onnx_sequence_under_test", path=MODEL) as loaded:
+    with loaded_runner(_utils(), "onnx_sequence") as loaded:
         yield loaded
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import io
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +19,14 @@ from PIL import Image
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import ensemble_config, write_config
+from builder.python_models import copy_sources, model_sources, package
 from builder.python_models.image_preprocess.model import MEAN, STD, preprocess_image
 from builder.server import TritonServer
 from builder.spec import Precision, Spec
 from builder.targets import get
 
-ROOT = Path(__file__).parents[2]
-RUNNER = ROOT / "builder" / "python_models" / "onnx_runner" / "model.py"
-PREPROCESS = ROOT / "builder" / "python_models" / "image_preprocess" / "model.py"
+RUNNER = package("onnx_runner")  # each model's package lands whole in its version folder
+PREPROCESS = package("image_preprocess")
 TABLE = np.arange(10, dtype=np.float32) * 1.5
 LABELS = [f"class_{i}" for i in range(10)]
 SLOW_QUEUE = {"max_queue_delay_us": 200_000}  # long enough that concurrent requests always meet
@@ -152,11 +151,11 @@ def onnx_models() -> dict[str, onnx.ModelProto]:
     }
 
 
-def place(repo: Path, cfg: ModelConfig, model_py: Path, extra: dict[str, bytes] | None = None) -> Path:
+def place(repo: Path, cfg: ModelConfig, model: Path, extra: dict[str, bytes] | None = None) -> Path:
     folder = repo / cfg.name
     write_config(cfg, folder)
     (folder / "1").mkdir()
-    shutil.copy(model_py, folder / "1" / "model.py")
+    copy_sources(model_sources(model), folder / "1")
     for name, data in (extra or {}).items():
         (folder / "1" / name).write_bytes(data)
     return folder

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .contract import MAX_LENGTH
 from .text_input import decode_texts
 
 try:  # only present inside tritonserver
@@ -58,7 +59,7 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         self.names = [o["name"] for o in config["output"]]
-        self.max_length = int(config["parameters"]["max_length"]["string_value"])
+        self.max_length = int(config["parameters"][MAX_LENGTH]["string_value"])
         without_torch()
         self.tokenizer = load_tokenizer(Path(args["model_repository"]) / args["model_version"])
 

@@ -17,6 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
+from . import contract
+
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported as a library (calibration readers, tests)
@@ -56,14 +58,14 @@ class Recipe:
         """From the config's string parameters ``resize``, ``crop``, ``mean`` and ``std``
         ("r,g,b" on the 0..255 pixel scale) and ``resampling``; unset ones keep the defaults."""
         given: dict[str, Any] = {}
-        for name in ("resize", "crop"):
-            if name in parameters:
-                given[name] = int(parameters[name])
-        for name in ("mean", "std"):
-            if name in parameters:
-                given[name] = tuple(float(v) / 255.0 for v in parameters[name].split(","))
-        if "resampling" in parameters:
-            given["resampling"] = parameters["resampling"]
+        for key, name in ((contract.RESIZE, "resize"), (contract.CROP, "crop")):
+            if key in parameters:
+                given[name] = int(parameters[key])
+        for key, name in ((contract.MEAN, "mean"), (contract.STD, "std")):
+            if key in parameters:
+                given[name] = tuple(float(v) / 255.0 for v in parameters[key].split(","))
+        if contract.RESAMPLING in parameters:
+            given["resampling"] = parameters[contract.RESAMPLING]
         return cls(**given)
 
 

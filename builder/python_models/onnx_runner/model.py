@@ -43,6 +43,17 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from numpy.typing import NDArray
 
+from .contract import (
+    ALLOW_SPINNING,
+    ALLOW_TIMEOUT_OVERRIDE,
+    INTRA_OP_THREADS,
+    MAX_QUEUE_SIZE,
+    ONNX_FILE,
+    ONNX_FILE_KEY,
+    QUEUE_TIMEOUT_US,
+    STOP_SPINNING,
+)
+
 # ONNX Runtime's type strings for the inputs it may be given.
 ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -60,7 +71,7 @@ ORT_TYPES = {
 def _threads(params: dict[str, str], config: dict[str, Any]) -> int:
     """Intra-op threads: the spec's number, else the cores shared out among the instances, so
     that instances x threads never oversubscribes the machine."""
-    given = int(params.get("intra_op_threads", "0") or 0)
+    given = int(params.get(INTRA_OP_THREADS, "0") or 0)
     if given > 0:
         return given
     return max(1, (os.cpu_count() or 1) // _instances(config))
@@ -77,7 +88,7 @@ def session_options(params: dict[str, str], config: dict[str, Any]) -> ort.Sessi
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     if not _spinning(params, config):
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    elif params.get("stop_spinning", "").lower() in ("1", "true"):
+    elif params.get(STOP_SPINNING, "").lower() in ("1", "true"):
         options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
@@ -89,7 +100,7 @@ def _spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
     spinning on the core that tritonserver's threads, the stub and the clients need delays every
     hand-off of a request; with other work on two cores, workers that sleep served light_cnn 1.9x
     faster at concurrency 1, and on an idle machine spinning was 6-9 % faster."""
-    given = params.get("allow_spinning", "").lower()
+    given = params.get(ALLOW_SPINNING, "").lower()
     if given in ("0", "1", "false", "true"):
         return given in ("1", "true")
     return spare_core(_instances(config), _threads(params, config), os.cpu_count() or 1)
@@ -110,7 +121,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
-        path = folder / params.get("onnx_file", "model.onnx")
+        path = folder / params.get(ONNX_FILE_KEY, ONNX_FILE)
         options = session_options(params, config)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._run = self.session.run
@@ -383,11 +394,11 @@ class BoundedLine:
     @staticmethod
     def from_params(params: dict[str, str], instances: int) -> BoundedLine | None:
         """The spec's bound is the model's: each instance (its own process) holds its share."""
-        limit = -(-int(params.get("max_queue_size", "0") or 0) // instances)
-        timeout_us = int(params.get("queue_timeout_us", "0") or 0)
+        limit = -(-int(params.get(MAX_QUEUE_SIZE, "0") or 0) // instances)
+        timeout_us = int(params.get(QUEUE_TIMEOUT_US, "0") or 0)
         if limit <= 0 and timeout_us <= 0:
             return None
-        override = params.get("allow_timeout_override", "true").lower() == "true"
+        override = params.get(ALLOW_TIMEOUT_OVERRIDE, "true").lower() == "true"
         return BoundedLine(limit, timeout_us, override)
 
     def offer(self, requests: list[Any]) -> list[tuple[Any, str]]:

@@ -22,6 +22,8 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from numpy.typing import NDArray
 
+from .contract import INTRA_OP_THREADS, ONNX_FILE, ONNX_FILE_KEY, SEQUENCE_STATE, StateEntry
+
 NUMPY = {
     "BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
     "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
@@ -92,15 +94,13 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
         options = ort.SessionOptions()
-        threads = int(params.get("intra_op_threads", "0") or 0)
+        threads = int(params.get(INTRA_OP_THREADS, "0") or 0)
         if threads > 0:
             options.intra_op_num_threads = threads
-        path = folder / params.get("onnx_file", "model.onnx")
+        path = folder / params.get(ONNX_FILE_KEY, ONNX_FILE)
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.states = [
-            State(s["input"], s["output"], NUMPY[s["dtype"]], list(s["dims"]))
-            for s in json.loads(params["sequence_state"])
-        ]
+        entries: list[StateEntry] = json.loads(params[SEQUENCE_STATE])
+        self.states = [State(s["input"], s["output"], NUMPY[s["dtype"]], list(s["dims"])) for s in entries]
         hidden = {s.input for s in self.states}
         self.inputs = [i.name for i in self.session.get_inputs() if i.name not in hidden]
         to_numpy = pb_utils.triton_string_to_numpy

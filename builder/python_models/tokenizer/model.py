@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .contract import MAX_LENGTH
 from .text_input import decode_texts
 
 try:  # only present inside tritonserver
@@ -45,7 +46,7 @@ def encode(tokenizer: Any, texts: list[str]) -> tuple[NDArray[Any], NDArray[Any]
 
 
 def max_length_parameter(model_config: dict[str, Any]) -> int:
-    value = model_config.get("parameters", {}).get("max_length", {}).get("string_value")
+    value = model_config.get("parameters", {}).get(MAX_LENGTH, {}).get("string_value")
     return int(value) if value else DEFAULT_MAX_LENGTH
 
 

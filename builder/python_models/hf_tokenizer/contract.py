@@ -1,0 +1,1 @@
+../shared/tokenizer_contract.py

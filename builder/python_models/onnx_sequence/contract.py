@@ -1,0 +1,1 @@
+../shared/onnx_contract.py
