@@ -44,6 +44,7 @@ class Completion:
     text: str
     finish_reason: str | None
     num_output_tokens: int
+    logprobs: str | None = None  # the model's ``logprobs`` output (JSON) when it was asked for
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Piece:
     num_input_tokens: int
     num_output_tokens: int
     others: tuple[Completion, ...] = ()
+    logprobs: str | None = None  # the model's ``logprobs`` output (JSON: per new token, its candidates)
 
 
 def request_fields(
@@ -182,21 +184,23 @@ def piece_from_json(body: Mapping[str, Any]) -> Piece:
     return _piece({name: np.asarray(body.get(name)) if name in body else None for name in _OUTPUTS})
 
 
-_OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens")
+_OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens", "logprobs")
 
 
 def _piece(values: Mapping[str, np.ndarray[Any, Any] | None]) -> Piece:
     texts = _each(values["text_output"], "")
     reasons = _each(values["finish_reason"], None, len(texts))
     tokens = _each(values["num_output_tokens"], 0, len(texts))
+    logprobs = _each(values.get("logprobs"), None, len(texts))
     completions = [
-        Completion(str(text), None if reason in (None, "None", "") else str(reason), int(count))
-        for text, reason, count in zip(texts, reasons, tokens, strict=False)
-    ]
+        Completion(str(text), None if reason in (None, "None", "") else str(reason), int(count),
+                   None if chosen is None else str(chosen))
+        for text, reason, count, chosen in zip(texts, reasons, tokens, logprobs, strict=False)
+    ]  # fmt: skip
     first = completions[0]
     return Piece(
         first.text, first.finish_reason, int(_scalar(values["num_input_tokens"], 0)), first.num_output_tokens,
-        tuple(completions[1:]),
+        tuple(completions[1:]), first.logprobs,
     )  # fmt: skip
 
 

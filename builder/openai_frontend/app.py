@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from clients.errors import TritonClientError
 from clients.generator import Piece
 
-from . import DEFAULT_MAX_BODY_BYTES
+from . import DEFAULT_MAX_BODY_BYTES, logprobs
 from .bridge import Route, TritonBridge
 from .embedders import Embedder
 from .embeddings import check_dimensions, parse_embedding, response
@@ -110,7 +110,7 @@ async def _answer(request: Request, call: Call, chat: bool) -> Response:
                           "/v1/completions", "messages")  # fmt: skip
     with_priority = "priority" in llm.inputs
     streams = [
-        bridge.pieces(llm.name, call.fields(with_priority, route.lora_name, i))
+        bridge.pieces(llm.name, call.fields(with_priority, route.lora_name, i, not llm.limits_output))
         for i in range(len(call.prompts))
     ]
     env = Envelope.new(call.model or llm.name, chat)  # an adapter's answers carry its name, as vLLM's do
@@ -122,7 +122,7 @@ async def _answer(request: Request, call: Call, chat: bool) -> Response:
             tagged = [
                 (i, p) for i, (f, r) in enumerate(zip(firsts, rests, strict=True)) for p in (f, *r) if p
             ]
-            return _json(whole(env, tagged, call.n, _echoed(call)))
+            return _json(whole(env, tagged, call.n, _echoed(call), call.top_logprobs))
     except BaseException:
         for stream in streams:
             await stream.aclose()
@@ -198,14 +198,20 @@ async def _events(env: Envelope, call: Call, source: AsyncGenerator[Tagged, None
     started: set[int] = set()  # choices that had a chunk
     finished: set[int] = set()  # choices whose finish reason went out (n > 1 repeats it)
     echo = _echoed(call)
+    offsets: dict[int, int] = {}  # completions' logprobs: each choice's text so far
     try:
         async for prompt, piece in source:
             tally.add(piece, prompt)
             for index, part in choices(piece, prompt * call.n):
                 reason = None if index in finished else part.finish_reason
                 text = echo[prompt] + part.text if echo and index not in started else part.text
-                if text or reason or index not in started:
-                    yield _sse(chunk(env, text, reason, first=index not in started, index=index))
+                found = logprobs.steps(part.logprobs)
+                if text or reason or found or index not in started:
+                    scores = _scores(call, found, offsets.get(index, 0), env.chat)
+                    offsets[index] = offsets.get(index, 0) + logprobs.text_length(found)
+                    yield _sse(
+                        chunk(env, text, reason, first=index not in started, index=index, scores=scores)
+                    )
                     started.add(index)
                 if reason:
                     finished.add(index)
@@ -216,6 +222,17 @@ async def _events(env: Envelope, call: Call, source: AsyncGenerator[Tagged, None
     finally:
         await source.aclose()  # cancels the requests if the client left
     yield "data: [DONE]\n\n"
+
+
+def _scores(
+    call: Call, found: list[logprobs.Step], offset: int, chat: bool
+) -> logprobs.ChunkLogprobs | logprobs.Logprobs | None:
+    """A chunk's logprobs (its tokens'), when the request asked for them."""
+    if call.top_logprobs is None:
+        return None
+    if chat:
+        return logprobs.chat_chunk(found, call.top_logprobs)
+    return logprobs.completion(found, call.top_logprobs, offset)
 
 
 async def _merged(

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from clients.errors import TritonClientError, translate
 from clients.generator import Piece, grpc_request, pieces_of
-from clients.vllm_engine_contract import LORA_NAMES
+from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
 
 from .embedders import Embedder, embedder
 
@@ -38,6 +38,9 @@ class LLM:
     name: str
     inputs: frozenset[str]
     adapters: tuple[str, ...] = ()  # its LoRA adapters' names
+    # Its config's sampling defaults set max_tokens: a request without one gets that, not the
+    # context's end.
+    limits_output: bool = False
 
     @property
     def chat(self) -> bool:
@@ -68,6 +71,16 @@ def adapter_names(config: Any) -> tuple[str, ...]:
     except json.JSONDecodeError:
         return ()
     return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+
+def limits_output(config: Any) -> bool:
+    """Whether the ``sampling_defaults`` parameter of a model config sets ``max_tokens``."""
+    text = config.parameters[SAMPLING_DEFAULTS].string_value if SAMPLING_DEFAULTS in config.parameters else ""
+    try:
+        defaults = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return False
+    return isinstance(defaults, dict) and defaults.get("max_tokens") is not None
 
 
 def is_llm(config: Any) -> bool:
@@ -123,7 +136,8 @@ class TritonBridge:
             reply = await self._stub.ModelConfig(service_pb2.ModelConfigRequest(name=model.name))
             if is_llm(reply.config):
                 inputs = frozenset(i.name for i in reply.config.input)
-                found.llms[model.name] = LLM(model.name, inputs, adapter_names(reply.config))
+                config = reply.config
+                found.llms[model.name] = LLM(model.name, inputs, adapter_names(config), limits_output(config))
             elif (embedding := embedder(reply.config)) is not None:
                 found.embedders[model.name] = embedding
         return found

@@ -1,8 +1,10 @@
 """OpenAI requests to the Triton model's inputs, and errors to OpenAI's error shape.
 
 Requests are validated with the ``openai`` package's own request types (pydantic validates its
-TypedDicts); what the model cannot do yet (log-probabilities, tool calls, structured outputs,
-``logit_bias``...) is refused with a 400 naming the field, never silently ignored.
+TypedDicts); what the model cannot do (tool calls, ``best_of``, ``suffix``...) is refused with a 400
+naming the field, never silently ignored. ``response_format`` and vLLM's ``structured_outputs``
+become the model's ``structured_outputs`` (vLLM's structured outputs, as vLLM's server makes them),
+``logprobs`` the model's ``logprobs`` output, and ``logit_bias`` goes to the model, which applies it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from clients.errors import (
     TritonClientError,
 )
 
+from .logprobs import MAX_TOP
+
 _CHAT = TypeAdapter(chat_params.CompletionCreateParamsBase)
 _COMPLETION = TypeAdapter(completion_params.CompletionCreateParamsBase)
 _STREAM_OPTIONS = TypeAdapter(bool | None)
@@ -35,25 +39,24 @@ SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penal
 EXTENSIONS = ("top_k", "min_p", "min_tokens", "ignore_eos", "repetition_penalty")
 # Fields whose effect this endpoint does not provide: refused unless at their default.
 UNSUPPORTED: Mapping[str, tuple[Any, ...]] = {
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
     "best_of": (None, 1),
     "suffix": (None, ""),
-    "logit_bias": (None,),
     "functions": (None,),
     "function_call": (None, "none"),
     "audio": (None,),
     "prediction": (None,),
-    # vLLM's structured-output extensions: the output would not follow them.
-    **{name: (None,) for name in ("structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                                  "guided_grammar")},
+    # vLLM's former structured-output fields (vLLM 0.32 has only ``structured_outputs``).
+    **{name: (None,) for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar")},
 }  # fmt: skip
 # Why, where it is not just "not supported by this endpoint".
 REASONS: Mapping[str, str] = {
-    "logprobs": "log-probabilities are not returned yet",
-    "top_logprobs": "log-probabilities are not returned yet",
-    "logit_bias": "the model's sampling_parameters would pass its token-id keys to vLLM as strings",
-}
+    **{name: "vLLM's server no longer takes it either: send `structured_outputs` or `response_format`"
+       for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar")},
+}  # fmt: skip
+# max_tokens of a request that names none and whose model has no default: the model caps it at the
+# room the context leaves (max_model_len minus the prompt), so the answer may run to the context's
+# end, as vLLM's server allows (the model's own default, for Triton's clients, is vLLM's 16).
+TO_CONTEXT_END = 2**31 - 1
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -90,6 +93,7 @@ class Call:
     sampling: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # vLLM's extension field; lower runs first
     echo: bool = False  # completions: each choice's text starts with its prompt
+    top_logprobs: int | None = None  # the candidates to return per token; None: no logprobs
 
     @property
     def prompt(self) -> str | list[dict[str, str]]:
@@ -99,11 +103,16 @@ class Call:
     def n(self) -> int:
         return int(self.sampling.get("n", 1))
 
-    def fields(self, with_priority: bool, lora_name: str | None = None, index: int = 0) -> dict[str, Any]:
+    def fields(
+        self, with_priority: bool, lora_name: str | None = None, index: int = 0, to_context_end: bool = False
+    ) -> dict[str, Any]:
         """The model's inputs for prompt ``index`` (the names of Triton's vLLM-backend interface);
-        ``lora_name`` goes in ``sampling_parameters``, where that backend reads it."""
+        ``lora_name`` goes in ``sampling_parameters``, where that backend reads it;
+        ``to_context_end``: without max_tokens the answer may run to the context's end."""
         prompt = self.prompts[index]
         sampling = self.sampling if lora_name is None else {**self.sampling, "lora_name": lora_name}
+        if to_context_end and "max_tokens" not in sampling:
+            sampling = {**sampling, "max_tokens": TO_CONTEXT_END}
         fields: dict[str, Any] = {
             "stream": self.stream,
             "exclude_input_in_output": True,
@@ -112,6 +121,8 @@ class Call:
             "return_num_input_tokens": True,
             "return_num_output_tokens": True,
         }
+        if self.top_logprobs is not None:
+            fields["return_logprobs"] = True
         if isinstance(prompt, str):
             fields["text_input"] = prompt
         else:
@@ -146,7 +157,9 @@ def parse_chat(body: Mapping[str, Any]) -> Call:
     limit = request.get("max_completion_tokens")
     if limit is None:
         limit = request.get("max_tokens")
-    return _call(body, request, (messages,), limit)
+    call = _call(body, request, (messages,), limit)
+    top = request.get("top_logprobs")
+    return _with_logprobs(call, _top(top or 0, "top_logprobs")) if request.get("logprobs") else call
 
 
 def parse_completion(body: Mapping[str, Any]) -> Call:
@@ -156,8 +169,28 @@ def parse_completion(body: Mapping[str, Any]) -> Call:
     if not prompts or not all(isinstance(p, str) for p in prompts):
         raise bad_request("prompt must be a string or a non-empty list of strings (token-id prompts are not "
                           "supported)", "prompt")  # fmt: skip
-    call = _call(body, request, prompts, request.get("max_tokens"))
-    return replace(call, echo=bool(request.get("echo")))
+    call = replace(_call(body, request, prompts, request.get("max_tokens")), echo=bool(request.get("echo")))
+    top = request.get("logprobs")
+    if top is None:
+        return call
+    if isinstance(top, bool):
+        raise bad_request(f"logprobs must be an integer on completions (the candidates per token), got {top}",
+                          "logprobs")  # fmt: skip
+    if call.echo:  # vLLM would add the prompt's own logprobs, which the model does not return
+        raise bad_request("logprobs with echo is not supported (the prompt's logprobs are not returned)",
+                          "logprobs")  # fmt: skip
+    return _with_logprobs(call, _top(top, "logprobs"))
+
+
+def _with_logprobs(call: Call, top: int) -> Call:
+    """The model returns each token's logprob and ``top`` candidates (vLLM's ``logprobs``)."""
+    return replace(call, top_logprobs=top, sampling={**call.sampling, "logprobs": top})
+
+
+def _top(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP:
+        raise bad_request(f"{name} must be an integer from 0 to {MAX_TOP}, got {value!r}", name)
+    return value
 
 
 def _validate(adapter: TypeAdapter[Any], body: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,11 +209,12 @@ def _validate(adapter: TypeAdapter[Any], body: Mapping[str, Any]) -> dict[str, A
     top = body.get("top_logprobs")
     if isinstance(top, int) and top != 0 and not body.get("logprobs"):
         raise bad_request("`top_logprobs` can only be used when `logprobs` is True", "top_logprobs")
+    if isinstance(top, int) and not isinstance(top, bool) and not 0 <= top <= MAX_TOP:
+        raise bad_request(f"top_logprobs must be an integer from 0 to {MAX_TOP}, got {top}", "top_logprobs")
     for name, defaults in UNSUPPORTED.items():
         if name in body and not _is_default(body[name], defaults):
             reason = REASONS.get(name, "not supported by this endpoint")
             raise bad_request(f"{name}: {body[name]!r} is not supported ({reason})", name)
-    _check_response_format(body.get("response_format"))
     return request
 
 
@@ -189,13 +223,33 @@ def _is_default(value: Any, defaults: tuple[Any, ...]) -> bool:
     return any(type(value) is type(d) and value == d for d in defaults)
 
 
-def _check_response_format(value: Any) -> None:
-    """Only ``text``: a JSON format would not be enforced (the model takes no structured outputs
-    from this endpoint yet), and accepting it would hand back unconstrained text."""
+def structured_outputs(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """vLLM's ``structured_outputs`` for the request, as vLLM's server makes them: the request's own
+    (vLLM's extension field), with ``response_format`` over it (``json_object``: any JSON object;
+    ``json_schema``: its ``schema``); None for neither (or ``text``). The model checks the keys."""
+    made = body.get("structured_outputs")
+    if made is not None and not isinstance(made, Mapping):
+        raise bad_request(
+            f"structured_outputs must be an object, got {type(made).__name__}", "structured_outputs"
+        )
+    made = dict(made) if made is not None else None
+    value = body.get("response_format")
+    if value is None:
+        return made
     kind = value.get("type") if isinstance(value, Mapping) else value
-    if value is not None and kind != "text":
-        raise bad_request(f"response_format: type {kind!r} is not supported yet (the output would not follow "
-                          "it); only 'text'", "response_format")  # fmt: skip
+    if kind == "text":
+        return made
+    if kind == "json_object":
+        return {**(made or {}), "json_object": True}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise bad_request("response_format: a json_schema format needs `json_schema.schema`, a JSON "
+                              "schema object", "response_format")  # fmt: skip
+        return {**(made or {}), "json": dict(schema)}
+    raise bad_request(f"response_format: type {kind!r} is not supported; only 'text', 'json_object' and "
+                      "'json_schema'", "response_format")  # fmt: skip
 
 
 def _check_tools(body: Mapping[str, Any]) -> None:
@@ -219,6 +273,11 @@ def _check_tools(body: Mapping[str, Any]) -> None:
 def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompts: Any, limit: int | None) -> Call:
     sampling = {k: request[k] for k in SAMPLING if request.get(k) is not None}
     sampling.update({k: body[k] for k in EXTENSIONS if body.get(k) is not None})
+    if request.get("logit_bias"):
+        sampling["logit_bias"] = dict(request["logit_bias"])
+    structured = structured_outputs(body)
+    if structured is not None:
+        sampling["structured_outputs"] = structured
     if limit is not None:
         sampling["max_tokens"] = limit
     if request.get("n") not in (None, 1):  # completions: one choice each

@@ -17,6 +17,9 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from clients.generator import Completion, Piece
 
+from . import logprobs
+from .logprobs import Step
+
 Reason = Literal["stop", "length"]
 Tagged = tuple[int, Piece]  # a piece of the generation for prompt i (completions take several)
 
@@ -31,7 +34,7 @@ def finish_reason(reason: str | None) -> Reason | None:
 def choices(piece: Piece, first_index: int = 0) -> list[tuple[int, Completion]]:
     """A piece's completions by choice index (more than one with ``n`` > 1), counted from
     ``first_index`` (prompt i's first choice is i * n, as vLLM numbers them)."""
-    first = Completion(piece.text, piece.finish_reason, piece.num_output_tokens)
+    first = Completion(piece.text, piece.finish_reason, piece.num_output_tokens, piece.logprobs)
     return [(first_index + i, part) for i, part in enumerate((first, *piece.others))]
 
 
@@ -45,6 +48,7 @@ class Tally:
     completion: int = 0
     reasons: dict[int, str | None] = field(default_factory=dict)
     texts: dict[int, list[str]] = field(default_factory=dict)
+    steps: dict[int, list[Step]] = field(default_factory=dict)  # each choice's tokens' logprobs
 
     def add(self, piece: Piece, prompt: int = 0) -> None:
         self.prompts[prompt] = max(self.prompts.get(prompt, 0), piece.num_input_tokens)
@@ -52,6 +56,7 @@ class Tally:
             self.completion += part.num_output_tokens
             self.reasons[index] = part.finish_reason or self.reasons.get(index)
             self.texts.setdefault(index, []).append(part.text)
+            self.steps.setdefault(index, []).extend(logprobs.steps(part.logprobs))
 
     def choice(self, index: int) -> tuple[str, Reason]:
         return "".join(self.texts[index]), finish_reason(self.reasons.get(index)) or "stop"
@@ -79,9 +84,14 @@ class Envelope:
 
 
 def whole(
-    env: Envelope, pieces: Sequence[Piece | Tagged], n: int = 1, echo: Sequence[str] = ()
+    env: Envelope,
+    pieces: Sequence[Piece | Tagged],
+    n: int = 1,
+    echo: Sequence[str] = (),
+    top: int | None = None,
 ) -> ChatCompletion | OpenAICompletion:
-    """The whole answer; ``echo``: each prompt, put before its choices' texts."""
+    """The whole answer; ``echo``: each prompt, put before its choices' texts; ``top``: the
+    candidates per token of its logprobs (None: no logprobs)."""  # fmt: skip
     tally = Tally(n)
     for item in pieces:
         prompt, piece = item if isinstance(item, tuple) else (0, item)
@@ -95,32 +105,50 @@ def whole(
         return ChatCompletion(
             id=env.id, created=env.created, model=env.model, object="chat.completion",
             choices=[Choice(index=i, message=ChatCompletionMessage(role="assistant", content=text),
-                            finish_reason=reason) for i, (text, reason) in zip(indexes, made, strict=True)],
+                            finish_reason=reason, logprobs=_chat_logprobs(tally, i, top))
+                     for i, (text, reason) in zip(indexes, made, strict=True)],
             usage=tally.usage(),
         )  # fmt: skip
     return OpenAICompletion(
         id=env.id, created=env.created, model=env.model, object="text_completion",
-        choices=[CompletionChoice(index=i, text=text, finish_reason=reason)
+        choices=[CompletionChoice(index=i, text=text, finish_reason=reason,
+                                  logprobs=_completion_logprobs(tally, i, top))
                  for i, (text, reason) in ((i, tally.choice(i)) for i in indexes)],
         usage=tally.usage(),
     )  # fmt: skip
 
 
+def _chat_logprobs(tally: Tally, index: int, top: int | None) -> logprobs.ChoiceLogprobs | None:
+    if top is None:
+        return None
+    return logprobs.chat(tally.steps.get(index, []), top)
+
+
+def _completion_logprobs(tally: Tally, index: int, top: int | None) -> logprobs.Logprobs | None:
+    return None if top is None else logprobs.completion(tally.steps.get(index, []), top)
+
+
 def chunk(
-    env: Envelope, text: str, reason: str | None, first: bool = False, index: int = 0
+    env: Envelope,
+    text: str,
+    reason: str | None,
+    first: bool = False,
+    index: int = 0,
+    scores: logprobs.ChunkLogprobs | logprobs.Logprobs | None = None,
 ) -> ChatCompletionChunk | OpenAICompletion:
     """One streamed chunk of choice ``index``: a chat delta (the first one carries the role), or
-    a completion's text."""
+    a completion's text; ``scores``: the logprobs of its tokens."""  # fmt: skip
     if env.chat:
         delta = ChoiceDelta(role="assistant", content=text) if first else ChoiceDelta(content=text)
+        extra = {} if scores is None else {"logprobs": scores}
         return ChatCompletionChunk(
             id=env.id, created=env.created, model=env.model, object="chat.completion.chunk",
-            choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason(reason))],
+            choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason(reason), **extra)],
         )  # fmt: skip
     return OpenAICompletion.model_construct(  # finish_reason is null until the last chunk; the type says not
         id=env.id, created=env.created, model=env.model, object="text_completion",
         choices=[CompletionChoice.model_construct(
-            index=index, text=text, finish_reason=finish_reason(reason), logprobs=None  # type: ignore[arg-type]
+            index=index, text=text, finish_reason=finish_reason(reason), logprobs=scores  # type: ignore[arg-type]
         )],
     )  # fmt: skip
 

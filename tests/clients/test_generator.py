@@ -83,6 +83,18 @@ def test_pieces_from_grpc_responses() -> None:
     assert piece_from_grpc(empty) == (None, True)
 
 
+def test_the_logprobs_output_comes_with_its_piece_as_the_models_json() -> None:
+    response = _grpc_response(" Paris", True)
+    raw = b'[{"5": {"logprob": -0.1, "rank": 1, "decoded_token": " Paris"}}]'
+    response.infer_response.outputs.add(name="logprobs", datatype="BYTES", shape=[1])
+    response.infer_response.raw_output_contents.append(len(raw).to_bytes(4, "little") + raw)
+    piece, _ = piece_from_grpc(response)
+    assert piece is not None and piece.logprobs == raw.decode()
+    assert piece_from_grpc(_grpc_response(" Paris", True))[0].logprobs is None  # type: ignore[union-attr]
+    with_n = {"text_output": ["a", "b"], "logprobs": ["[1]", "[2]"]}
+    assert piece_from_json(with_n) == Piece("a", None, 0, 0, (Completion("b", None, 0, "[2]"),), "[1]")
+
+
 def test_grpc_stream_errors_are_typed() -> None:
     with pytest.raises(InvalidInput, match="text_input is empty"):
         piece_from_grpc(service_pb2.ModelStreamInferResponse(error_message="text_input is empty"))

@@ -316,3 +316,44 @@ def test_lanes_that_name_their_cpus_or_priority_are_kept_as_written() -> None:
     assert m.place_lanes(pinned, [0, 1]) == pinned
     folded = m.parse_lanes('[{"name": "long", "min_max_tokens": 300, "priority": 5}]')
     assert m.place_lanes(folded, list(range(16))) == folded and folded[1].shares_default
+
+
+def test_logit_bias_keys_become_token_ids_and_biases_are_clamped_as_vllm_does() -> None:
+    from builder.python_models.vllm_engine.utils.requests import logit_bias
+
+    assert logit_bias({"50": 5, "7": -250, "9": 300.5}) == {50: 5.0, 7: -100.0, 9: 100.0}
+    with pytest.raises(m.BadRequest, match=r"^sampling_parameters\.logit_bias: key 'the' is not an integer"):
+        logit_bias({"the": 1})
+    with pytest.raises(m.BadRequest, match=r"^sampling_parameters\.logit_bias\[5\] must be a number"):
+        logit_bias({"5": "high"})
+    with pytest.raises(m.BadRequest, match="must be a JSON object"):
+        logit_bias([5])
+
+
+@NEEDS_VLLM
+def test_logit_bias_reaches_vllm_with_integer_token_ids() -> None:
+    text = json.dumps({"logit_bias": {"42": 150}, "max_tokens": 4})
+    parsed = m.parse_request(getter(text_input="x", sampling_parameters=text), "", {"logit_bias"} | KNOWN)
+    assert m.sampling_params(parsed.sampling).logit_bias == {42: 100.0}
+    with pytest.raises(m.BadRequest, match="logit_bias: key '4x' is not an integer"):
+        m.sampling_params({"logit_bias": {"4x": 1}, "max_tokens": 4})
+
+
+@NEEDS_VLLM
+@pytest.mark.parametrize("value", [{"json": {"type": "object"}}, {"json_object": True}])
+def test_the_openai_endpoints_json_formats_become_vllms_structured_outputs(value: dict[str, Any]) -> None:
+    params = m.sampling_params({"structured_outputs": value, "max_tokens": 4})
+    assert params.structured_outputs.json == value.get("json")
+    assert params.structured_outputs.json_object == value.get("json_object")
+
+
+def test_the_generated_token_comes_first_in_each_logprobs_position() -> None:
+    from types import SimpleNamespace as NS
+
+    position = {
+        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
+        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
+    }
+    piece = NS(logprobs=[position, position], token_ids=[9, 7], cumulative_logprob=-1.75)
+    made = logprob_outputs({"return_logprobs"}, [piece])
+    assert [list(p) for p in json.loads(made["logprobs"][0][0])] == [["9", "7"], ["7", "9"]]

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from builder.openai_frontend.app import Settings, create_app
 from builder.openai_frontend.bridge import LLM, Catalog, Route
 from builder.openai_frontend.embedders import Embedder
+from builder.openai_frontend.protocol import TO_CONTEXT_END
 from builder.server import find_free_port
 from clients.generator import Completion, Piece
 
@@ -73,6 +74,7 @@ class FakeBridge:
     def __init__(self) -> None:
         chat = frozenset({"text_input", "messages", "sampling_parameters"})
         self._catalog = Catalog({"llm": LLM("llm", chat)}, {"emb": Embedder("emb", "TEXT", "E", 3, 2, (1,))})
+        self.sent: list[Mapping[str, Any]] = []  # each request's fields
 
     async def catalog(self, fresh: bool = False) -> Catalog:
         return self._catalog
@@ -85,18 +87,26 @@ class FakeBridge:
         return None if llm is None else Route(llm)
 
     async def pieces(self, model: str, fields: Mapping[str, Any]) -> AsyncGenerator[Piece, None]:
-        prompt, n = fields["text_input"], json.loads(fields["sampling_parameters"]).get("n", 1)
+        self.sent.append(fields)
+        prompt = fields.get("text_input") or json.loads(fields["messages"])[-1]["content"]
+        n = json.loads(fields["sampling_parameters"]).get("n", 1)
         for text, reason in ((prompt[:1].upper(), None), ("!", "stop")):
             await asyncio.sleep(0)
-            yield Piece(
-                text, reason, len(prompt), 1, tuple(Completion(text, reason, 1) for _ in range(n - 1))
-            )
+            scores = _logprobs(text) if fields.get("return_logprobs") else None
+            others = tuple(Completion(text, reason, 1, scores) for _ in range(n - 1))
+            yield Piece(text, reason, len(prompt), 1, others, scores)
 
     async def embed(self, model: Embedder, texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], list[int]]:
         return np.array([[len(t), 0.5, -1] for t in texts], dtype=np.float32), [len(t) + 2 for t in texts]
 
     async def close(self) -> None:
         pass
+
+
+def _logprobs(text: str) -> str:
+    """The model's JSON for one token ``text``: itself (-0.25), then one other candidate."""
+    chosen = {"logprob": -0.25, "rank": 1, "decoded_token": text}
+    return json.dumps([{"1": chosen, "2": {"logprob": -2.0, "rank": 2, "decoded_token": "?"}}])
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +167,42 @@ def test_embeddings_and_the_models_list(fake: TestClient) -> None:
     assert fake.post("/v1/embeddings", json={"model": "nope", "input": "d"}).status_code == 404
     sized = fake.post("/v1/embeddings", json={"input": "d", "dimensions": 2})
     assert sized.status_code == 400 and _error(sized)["param"] == "dimensions"
+
+
+def _sent(fake: TestClient) -> Mapping[str, Any]:
+    bridge: FakeBridge = fake.app.state.bridge  # type: ignore[attr-defined]
+    return bridge.sent[-1]
+
+
+def test_chat_logprobs_whole_and_streamed(fake: TestClient) -> None:
+    ask = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 1}
+    body = fake.post("/v1/chat/completions", json=ask).json()
+    assert _sent(fake)["return_logprobs"] is True
+    assert json.loads(_sent(fake)["sampling_parameters"])["logprobs"] == 1
+    content = body["choices"][0]["logprobs"]["content"]
+    assert "".join(t["token"] for t in content) == body["choices"][0]["message"]["content"] == "H!"
+    assert content[0] == {"token": "H", "logprob": -0.25, "bytes": [72],
+                          "top_logprobs": [{"token": "H", "logprob": -0.25, "bytes": [72]}]}  # fmt: skip
+    reply = fake.post("/v1/chat/completions", json={**ask, "stream": True})
+    events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+    tokens = [t["token"] for e in events for t in e["choices"][0]["logprobs"]["content"]]
+    assert tokens == ["H", "!"]
+    plain = fake.post("/v1/chat/completions", json={"messages": ask["messages"]}).json()["choices"][0]
+    assert plain["logprobs"] is None and "return_logprobs" not in _sent(fake)
+
+
+def test_completion_logprobs_count_text_offsets_across_chunks(fake: TestClient) -> None:
+    ask = {"prompt": "ab", "logprobs": 1, "max_tokens": 4}
+    whole = fake.post("/v1/completions", json=ask).json()["choices"][0]["logprobs"]
+    assert whole == {"tokens": ["A", "!"], "token_logprobs": [-0.25, -0.25], "text_offset": [0, 1],
+                     "top_logprobs": [{"A": -0.25, "?": -2.0}, {"!": -0.25, "?": -2.0}]}  # fmt: skip
+    reply = fake.post("/v1/completions", json={**ask, "stream": True})
+    events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+    assert [e["choices"][0]["logprobs"]["text_offset"] for e in events] == [[0], [1]]
+
+
+def test_without_max_tokens_the_model_is_asked_to_the_context_end(fake: TestClient) -> None:
+    fake.post("/v1/completions", json={"prompt": "ab"})
+    assert json.loads(_sent(fake)["sampling_parameters"]) == {"max_tokens": TO_CONTEXT_END}
+    fake.post("/v1/completions", json={"prompt": "ab", "max_tokens": 3})
+    assert json.loads(_sent(fake)["sampling_parameters"]) == {"max_tokens": 3}

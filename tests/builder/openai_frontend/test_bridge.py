@@ -8,9 +8,9 @@ import json
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.openai_frontend.bridge import adapter_names
+from builder.openai_frontend.bridge import adapter_names, limits_output
 from builder.openai_frontend.protocol import parse_completion
-from clients.vllm_engine_contract import LORA_NAMES
+from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,21 @@ def test_an_adapter_request_names_it_in_sampling_parameters() -> None:
     sampling = json.loads(call.fields(with_priority=False, lora_name="sea")["sampling_parameters"])
     assert sampling["lora_name"] == "sea" and sampling["max_tokens"] == 4
     assert "lora_name" not in json.loads(call.fields(with_priority=False)["sampling_parameters"])
+
+
+@pytest.mark.parametrize(
+    ("value", "limits"),
+    [
+        (None, False),
+        ('{"temperature": 0.5}', False),
+        ('{"max_tokens": 64}', True),
+        ("{", False),
+        ("[]", False),
+    ],
+)
+def test_a_models_sampling_defaults_may_set_its_output_limit(value: str | None, limits: bool) -> None:
+    """Where they set max_tokens a request without one gets that, not the context's end."""
+    config = ModelConfig(name="m")
+    if value is not None:
+        config.parameters[SAMPLING_DEFAULTS].string_value = value
+    assert limits_output(config) is limits

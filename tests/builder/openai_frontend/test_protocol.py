@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from builder.openai_frontend.protocol import (
+    TO_CONTEXT_END,
     OpenAIError,
     from_triton,
     parse_chat,
@@ -86,8 +87,16 @@ def test_priority_is_sent_only_to_a_model_that_takes_it() -> None:
         ({**CHAT, "stream": "yes please"}, None),
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"model": "m", "messages": []}, "messages"),
-        ({**CHAT, "logprobs": True}, "logprobs"),
         ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+        ({**CHAT, "guided_json": {"type": "object"}}, "guided_json"),
+        (
+            {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format",
+        ),
+        ({**CHAT, "response_format": {"type": "grammar"}}, "response_format.type"),
+        ({**CHAT, "structured_outputs": ["x"]}, "structured_outputs"),
         ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice"),
     ],
 )
@@ -108,11 +117,37 @@ def test_n_reaches_the_model_as_vllms_n() -> None:
     assert parse_completion({"model": "m", "prompt": "p", "n": 2}).sampling == {"n": 2}
 
 
-def test_completion_logprobs_are_refused_and_echo_is_taken() -> None:
-    assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 2}).param == "logprobs"
-    assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 0}).param == "logprobs"
+def test_completion_logprobs_ask_the_model_for_its_logprobs_and_echo_is_taken() -> None:
+    call = parse_completion({"model": "m", "prompt": "p", "logprobs": 2})
+    assert call.top_logprobs == 2 and call.sampling == {"logprobs": 2}
+    assert call.fields(with_priority=False)["return_logprobs"] is True
+    assert parse_completion({"model": "m", "prompt": "p", "logprobs": 0}).top_logprobs == 0
+    assert "return_logprobs" not in parse_completion({"model": "m", "prompt": "p"}).fields(
+        with_priority=False
+    )
+    assert _refused(parse_completion, {"model": "m", "prompt": "p", "logprobs": 21}).param == "logprobs"
+    with_echo = {"model": "m", "prompt": "p", "logprobs": 1, "echo": True}
+    assert "prompt's logprobs" in _refused(parse_completion, with_echo).message
     assert parse_completion({"model": "m", "prompt": "p", "echo": True}).echo
     assert _refused(parse_chat, {**CHAT, "echo": True}).param == "echo"
+
+
+def test_chat_logprobs_take_top_logprobs_as_vllms_logprobs() -> None:
+    call = parse_chat({**CHAT, "logprobs": True, "top_logprobs": 2})
+    assert call.top_logprobs == 2 and call.sampling == {"logprobs": 2}
+    assert parse_chat({**CHAT, "logprobs": True}).top_logprobs == 0  # the chosen token's alone
+    assert parse_chat({**CHAT, "logprobs": True, "top_logprobs": 20}).top_logprobs == 20
+    assert parse_chat({**CHAT, "logprobs": False}).top_logprobs is None
+
+
+def test_without_max_tokens_the_answer_may_run_to_the_context_end() -> None:
+    """As vLLM's server: the model caps max_tokens at max_model_len minus the prompt."""
+    call = parse_chat(CHAT)
+    sampling = json.loads(call.fields(with_priority=False, to_context_end=True)["sampling_parameters"])
+    assert sampling == {"max_tokens": TO_CONTEXT_END}
+    assert json.loads(call.fields(with_priority=False)["sampling_parameters"]) == {}  # the model's default
+    limited = parse_chat({**CHAT, "max_tokens": 5}).fields(with_priority=False, to_context_end=True)
+    assert json.loads(limited["sampling_parameters"]) == {"max_tokens": 5}
 
 
 @pytest.mark.parametrize("body", [b"{", b"[1]", b"\xff"])
@@ -157,27 +192,51 @@ def test_stream_options_without_stream_is_400() -> None:
 def test_top_logprobs_without_logprobs_names_the_rule() -> None:
     error = _refused(parse_chat, {**CHAT, "top_logprobs": 2})
     assert "`top_logprobs` can only be used when `logprobs` is True" in error.message
-    assert "not returned yet" in _refused(parse_chat, {**CHAT, "logprobs": True, "top_logprobs": 2}).message
+    assert "from 0 to 20" in _refused(parse_chat, {**CHAT, "logprobs": True, "top_logprobs": 21}).message
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.mark.parametrize(
-    "fmt", [{"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}]
+    ("fmt", "made"),
+    [
+        ({"type": "json_object"}, {"json_object": True}),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}, {"json": SCHEMA}),
+    ],
 )
-def test_a_json_response_format_is_refused_never_ignored(fmt: dict[str, Any]) -> None:
-    assert _refused(parse_chat, {**CHAT, "response_format": fmt}).param == "response_format"
+def test_a_json_response_format_becomes_vllms_structured_outputs(fmt: dict[str, Any], made: Any) -> None:
+    """As vLLM's server maps it; the model makes vLLM's StructuredOutputsParams of it."""
+    assert parse_chat({**CHAT, "response_format": fmt}).sampling == {"structured_outputs": made}
     body = {"model": "m", "prompt": "p", "response_format": fmt}  # vLLM's completions extension
-    assert _refused(parse_completion, body).param == "response_format"
+    assert parse_completion(body).sampling == {"structured_outputs": made}
     assert parse_chat({**CHAT, "response_format": {"type": "text"}}).sampling == {}
 
 
-@pytest.mark.parametrize("name", ["guided_json", "structured_outputs"])
-def test_vllm_structured_output_extensions_are_refused(name: str) -> None:
-    assert _refused(parse_completion, {"model": "m", "prompt": "p", name: {"type": "object"}}).param == name
+def test_vllms_structured_outputs_field_goes_to_the_model_and_response_format_overrides_it() -> None:
+    own = {"choice": ["yes", "no"]}
+    assert parse_completion({"model": "m", "prompt": "p", "structured_outputs": own}).sampling == {
+        "structured_outputs": own
+    }
+    both = {
+        **CHAT,
+        "structured_outputs": {"disable_any_whitespace": True},
+        "response_format": {"type": "json_object"},
+    }
+    assert parse_chat(both).sampling["structured_outputs"] == {
+        "disable_any_whitespace": True,
+        "json_object": True,
+    }
 
 
-def test_logit_bias_is_refused_with_the_reason() -> None:
-    error = _refused(parse_chat, {**CHAT, "logit_bias": {"50256": -100}})
-    assert error.param == "logit_bias" and "token-id keys" in error.message
+def test_vllms_former_guided_fields_are_refused() -> None:
+    error = _refused(parse_completion, {"model": "m", "prompt": "p", "guided_json": {"type": "object"}})
+    assert error.param == "guided_json" and "structured_outputs" in error.message
+
+
+def test_logit_bias_goes_to_the_model() -> None:
+    """The model turns the keys into token ids and clamps the biases, as vLLM's server does."""
+    assert parse_chat({**CHAT, "logit_bias": {"50256": -100}}).sampling == {"logit_bias": {"50256": -100}}
 
 
 def test_a_list_of_prompts_is_one_generation_each() -> None:

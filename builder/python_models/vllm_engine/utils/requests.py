@@ -235,10 +235,31 @@ def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:
 
     if fields.get("structured_outputs") is not None:
         fields = dict(fields, structured_outputs=structured_outputs(fields["structured_outputs"]))
+    if fields.get("logit_bias") is not None:
+        fields = dict(fields, logit_bias=logit_bias(fields["logit_bias"]))
     try:
         return SamplingParams(**fields, **owned)
     except (TypeError, ValueError, VLLMClientError) as exc:
         raise BadRequest(refusal(exc) or f"sampling_parameters: {exc}".splitlines()[0]) from None
+
+
+def logit_bias(value: Any) -> dict[int, float]:
+    """``logit_bias`` as vLLM's SamplingParams.from_optional makes it (JSON keys are strings): token
+    ids as integers, biases clamped to [-100, 100]; BadRequest naming a key or value that is not a
+    number. Ids outside the vocabulary are the engine's to refuse (it knows the vocabulary's size)."""
+    name = "sampling_parameters.logit_bias"
+    if not isinstance(value, dict):
+        raise BadRequest(f"{name} must be a JSON object of token id -> bias, got {type(value).__name__}")
+    made: dict[int, float] = {}
+    for key, bias in value.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise BadRequest(f"{name}: key {key!r} is not an integer token id") from None
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+            raise BadRequest(f"{name}[{key}] must be a number, got {bias!r}")
+        made[token] = min(100.0, max(-100.0, float(bias)))
+    return made
 
 
 def structured_outputs(value: Any) -> Any:

@@ -93,19 +93,29 @@ def logprob_outputs(returns: set[str], pieces: list[Any]) -> dict[str, tuple[lis
     if RETURN_CUMULATIVE_LOGPROB in returns:
         made[CUMULATIVE_LOGPROB] = ([p.cumulative_logprob for p in pieces], np.float32)  # None: NaN
     if RETURN_LOGPROBS in returns:
-        made[LOGPROBS] = ([_logprobs_json(p.logprobs) for p in pieces], np.object_)
+        made[LOGPROBS] = (
+            [_logprobs_json(p.logprobs, getattr(p, "token_ids", ())) for p in pieces],
+            np.object_,
+        )
     return made
 
 
-def _logprobs_json(logprobs: list[Any] | None) -> bytes:
-    return json.dumps(None if logprobs is None else [_position(p) for p in logprobs]).encode("utf-8")
+def _logprobs_json(logprobs: list[Any] | None, token_ids: Any) -> bytes:
+    if logprobs is None:
+        return b"null"
+    chosen = list(token_ids) if len(token_ids) == len(logprobs) else [None] * len(logprobs)
+    return json.dumps([_position(p, t) for p, t in zip(logprobs, chosen, strict=True)]).encode("utf-8")
 
 
-def _position(position: Any) -> dict[int, dict[str, Any]]:
+def _position(position: Any, chosen: int | None) -> dict[int, dict[str, Any]]:
+    """One token's candidates, the sampled token (``chosen``) first, as vLLM orders them: clients
+    (the OpenAI endpoint) read the first as the token that was generated."""
+    order = sorted(position, key=lambda token: token != chosen)  # stable: vLLM's order otherwise
     return {
-        token: {"logprob": p.logprob, "rank": p.rank, "decoded_token": p.decoded_token}
-        for token, p in position.items()
-    }
+        token: {"logprob": position[token].logprob, "rank": position[token].rank,
+                "decoded_token": position[token].decoded_token}
+        for token in order
+    }  # fmt: skip
 
 
 def response(job: Job, texts: list[str], pieces: list[Any]) -> Any:
