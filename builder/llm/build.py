@@ -22,6 +22,7 @@ from builder.llm.export import export, resolve_source
 from builder.llm.lora import check_adapter, check_adapter_folder, copy_adapter, resolve_adapters
 from builder.llm.prompts import load_conversations
 from builder.records import BuildContext, LLMBuild, LLMVerdict
+from builder.sources import llm_source_of
 from builder.spec import OmitsUnset
 from builder.spec.llm import DTypeSetting, Evaluation, LLMDType, LLMSpec, LongLane
 from builder.stages.inputs import BF16_FLAGS, StageInputs, cpu_has_native_bf16
@@ -36,7 +37,7 @@ NO_NATIVE_BF16 = f"no {' or '.join(BF16_FLAGS)} in the CPU flags: bfloat16 is em
 class LLMExportInputs(StageInputs):
     STAGE = "llm-export"
     TOOLS = ("transformers", "gguf", "torch", "safetensors")
-    CODE = ("builder.llm.export",)
+    CODE = ("builder.llm.export", "builder.sources")
     source: str
     source_fingerprint: str
     dtype: LLMDType
@@ -200,7 +201,7 @@ def _check(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, source: Path) -> 
         "sequences_that_fit": plan.sequences_that_fit,
         "weights_bytes": plan.weights_bytes,
     }
-    if source.is_file():  # a GGUF file (a folder is a checkpoint transformers reads as it is)
+    if llm_source_of(source).compared_on_its_own:  # a GGUF file, read again by the gguf package
         info["gguf"] = _check_against_gguf(spec, ctx, checkpoint, source)
     return info
 

@@ -11,13 +11,39 @@ from pathlib import Path
 from builder.sources.base import InitRequest, ModelSource, Samples
 from builder.sources.checkpoint import CheckpointSource
 from builder.sources.factory import FactorySource
+from builder.sources.llm_base import LLMSource
+from builder.sources.llm_checkpoint import CheckpointFolderSource
+from builder.sources.llm_gguf import GGUFSource
 from builder.sources.onnx_file import OnnxFileSource
 from builder.spec import ModelSpec
 from builder.stages.export import write_onnx
 
-__all__ = ["SOURCES", "InitRequest", "ModelSource", "Samples", "export", "load_source", "source_of"]
+__all__ = [
+    "LLM_SOURCES",
+    "SOURCES",
+    "InitRequest",
+    "LLMSource",
+    "ModelSource",
+    "Samples",
+    "export",
+    "llm_source_of",
+    "load_source",
+    "source_of",
+]
 
 SOURCES: dict[str, ModelSource] = {s.kind: s for s in (OnnxFileSource(), FactorySource(), CheckpointSource())}
+
+
+# The kinds of an ``llms:`` source, asked with the path the entry resolves to.
+LLM_SOURCES: dict[str, LLMSource] = {s.kind: s for s in (GGUFSource(), CheckpointFolderSource())}
+
+
+def llm_source_of(path: Path) -> LLMSource:
+    """The kind that claims an LLM's resolved source path (exactly one does)."""
+    claimed = [s for s in LLM_SOURCES.values() if s.claims(path)]
+    if len(claimed) != 1:
+        raise LookupError(f"LLM source '{path}' is claimed by {[s.kind for s in claimed] or 'no kind'}")
+    return claimed[0]
 
 
 def source_of(model: ModelSpec) -> ModelSource:

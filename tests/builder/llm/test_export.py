@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from builder.errors import SpecError
-from builder.llm.export import Exported, check_gguf, copy_checkpoint, export
+from builder.llm.export import Exported, export
+from builder.sources.llm_checkpoint import copy_checkpoint
+from builder.sources.llm_gguf import check_gguf
 from builder.spec.llm import LLMDType, LLMSpec, parse_llm
 from tests.builder.llm.needs import NEEDS_GGUF
 
