@@ -27,7 +27,7 @@ from tritonclient.grpc.model_config_pb2 import (
 )
 
 from builder.dtypes import triton_type
-from builder.python_models.onnx_runner import contract as runner
+from builder.python_models.shared import onnx_contract as runner
 from builder.spec import (
     FACTORY_PATTERN,
     Batching,

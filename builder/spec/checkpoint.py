@@ -18,7 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import SpecError
-from builder.python_models.hf_tokenizer.contract import MAX_LENGTH
+from builder.python_models.shared.processing_contract import (
+    CHECKPOINT_CONFIG,
+    ENTITIES,
+    IMAGE,
+    INPUT_IDS,
+    LABEL,
+    LOGITS,
+    MAX_LENGTH,
+    OFFSET_MAPPING,
+    SCORE,
+    SCORES,
+    SPECIAL_TOKENS_MASK,
+    TEXT,
+    TOKEN_LABELS,
+    TOKEN_SCORES,
+    TOKENS,
+)
 
 PYTHON_MODELS = Path(__file__).parents[1] / "python_models"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -236,7 +252,7 @@ def _labels(config: Any) -> dict[int, str]:
 
 
 def _with_files(ckpt: Checkpoint, names: list[str]) -> Checkpoint:
-    files = [ckpt.file(n) for n in [*names, "config.json"]]
+    files = [ckpt.file(n) for n in [*names, CHECKPOINT_CONFIG]]
     return Checkpoint(**{**ckpt.__dict__, "files": files})
 
 
@@ -290,8 +306,8 @@ def core_outputs(ckpt: Checkpoint) -> list[dict[str, Any]]:
             _tensor("embedding", "FP32", [ckpt.hidden_size]),
         ]
     if ckpt.task is Task.TOKEN_CLASSIFICATION:
-        return [_tensor("logits", "FP32", [-1, labels])]
-    return [_tensor("logits", "FP32", [labels])]
+        return [_tensor(LOGITS, "FP32", [-1, labels])]
+    return [_tensor(LOGITS, "FP32", [labels])]
 
 
 def python_model_entries(ckpt: Checkpoint, name: str, batch: int) -> list[dict[str, Any]]:
@@ -300,18 +316,18 @@ def python_model_entries(ckpt: Checkpoint, name: str, batch: int) -> list[dict[s
         pre_out = [_tensor(n, "INT64", [-1]) for n in ckpt.inputs]
         if ckpt.task is Task.TOKEN_CLASSIFICATION:
             pre_out += [
-                _tensor("offset_mapping", "INT64", [-1, 2]),
-                _tensor("special_tokens_mask", "INT64", [-1]),
+                _tensor(OFFSET_MAPPING, "INT64", [-1, 2]),
+                _tensor(SPECIAL_TOKENS_MASK, "INT64", [-1]),
             ]
         pre = {
             "name": f"{name}_preprocess", "path": str(PYTHON_MODELS / "hf_tokenizer"),
-            "inputs": [_tensor("TEXT", "STRING", [1])], "outputs": pre_out,
+            "inputs": [_tensor(TEXT, "STRING", [1])], "outputs": pre_out,
             "parameters": {MAX_LENGTH: ckpt.max_length}, "files": ckpt.files, **common,
         }  # fmt: skip
     else:
         pre = {
             "name": f"{name}_preprocess", "path": str(PYTHON_MODELS / "hf_image_processor"),
-            "inputs": [_tensor("IMAGE", "STRING", [1])],
+            "inputs": [_tensor(IMAGE, "STRING", [1])],
             "outputs": [_tensor("pixel_values", "FP32", ckpt.image_dims)], "files": ckpt.files, **common,
         }  # fmt: skip
     if ckpt.task is Task.FEATURE_EXTRACTION:
@@ -323,40 +339,40 @@ def _postprocess_entry(ckpt: Checkpoint, name: str, common: dict[str, Any]) -> d
     labels = len(ckpt.labels)
     if ckpt.task is Task.TOKEN_CLASSIFICATION:
         inputs = [
-            _tensor("TEXT", "STRING", [1]), _tensor("input_ids", "INT64", [-1]),
-            _tensor("offset_mapping", "INT64", [-1, 2]), _tensor("special_tokens_mask", "INT64", [-1]),
-            _tensor("logits", "FP32", [-1, labels]),
+            _tensor(TEXT, "STRING", [1]), _tensor(INPUT_IDS, "INT64", [-1]),
+            _tensor(OFFSET_MAPPING, "INT64", [-1, 2]), _tensor(SPECIAL_TOKENS_MASK, "INT64", [-1]),
+            _tensor(LOGITS, "FP32", [-1, labels]),
         ]  # fmt: skip
         outputs = [
-            _tensor("TOKENS", "STRING", [-1]), _tensor("TOKEN_LABELS", "STRING", [-1]),
-            _tensor("TOKEN_SCORES", "FP32", [-1]), _tensor("ENTITIES", "STRING", [1]),
+            _tensor(TOKENS, "STRING", [-1]), _tensor(TOKEN_LABELS, "STRING", [-1]),
+            _tensor(TOKEN_SCORES, "FP32", [-1]), _tensor(ENTITIES, "STRING", [1]),
         ]  # fmt: skip
         path, files = PYTHON_MODELS / "hf_token_classification", ckpt.files
     else:
-        inputs = [_tensor("logits", "FP32", [labels])]
+        inputs = [_tensor(LOGITS, "FP32", [labels])]
         outputs = classification_outputs(labels)
-        path, files = PYTHON_MODELS / "hf_classification", [ckpt.file("config.json")]
+        path, files = PYTHON_MODELS / "hf_classification", [ckpt.file(CHECKPOINT_CONFIG)]
     return {"name": f"{name}_postprocess", "path": str(path), "inputs": inputs, "outputs": outputs,
             "files": files, **common}  # fmt: skip
 
 
 def classification_outputs(labels: int) -> list[dict[str, Any]]:
     return [
-        _tensor("LABEL", "STRING", [1]),
-        _tensor("SCORE", "FP32", [1]),
-        _tensor("SCORES", "FP32", [labels]),
+        _tensor(LABEL, "STRING", [1]),
+        _tensor(SCORE, "FP32", [1]),
+        _tensor(SCORES, "FP32", [labels]),
     ]
 
 
 def ensemble_entry(ckpt: Checkpoint, name: str, batch: int) -> dict[str, Any]:
     """``<name>_pipeline``: text or image bytes in, labelled or pooled outputs out."""
-    source = "TEXT" if ckpt.task.text else "IMAGE"
+    source = TEXT if ckpt.task.text else IMAGE
     pre, core, post = f"{name}_preprocess", name, f"{name}_postprocess"
     feeds = {n: n for n in ckpt.inputs}
     steps: list[dict[str, Any]] = []
     if ckpt.task is Task.TOKEN_CLASSIFICATION:
-        extra = {"offset_mapping": "offset_mapping", "special_tokens_mask": "special_tokens_mask"}
-        steps.append({"model": pre, "inputs": {"TEXT": "TEXT"}, "outputs": feeds | extra})
+        extra = {OFFSET_MAPPING: OFFSET_MAPPING, SPECIAL_TOKENS_MASK: SPECIAL_TOKENS_MASK}
+        steps.append({"model": pre, "inputs": {TEXT: TEXT}, "outputs": feeds | extra})
     else:
         steps.append({"model": pre, "inputs": {source: source}, "outputs": feeds})
     outputs: list[dict[str, Any]]
@@ -368,15 +384,15 @@ def ensemble_entry(ckpt: Checkpoint, name: str, batch: int) -> dict[str, Any]:
             _tensor("EMBEDDING", "FP32", [ckpt.hidden_size]),
         ]
     elif ckpt.task is Task.TOKEN_CLASSIFICATION:
-        steps.append({"model": core, "inputs": feeds, "outputs": {"logits": "logits"}})
-        post_in = {"TEXT": "TEXT", "input_ids": "input_ids", "logits": "logits"} | extra
-        names = ["TOKENS", "TOKEN_LABELS", "TOKEN_SCORES", "ENTITIES"]
+        steps.append({"model": core, "inputs": feeds, "outputs": {LOGITS: LOGITS}})
+        post_in = {TEXT: TEXT, INPUT_IDS: INPUT_IDS, LOGITS: LOGITS} | extra
+        names = [TOKENS, TOKEN_LABELS, TOKEN_SCORES, ENTITIES]
         steps.append({"model": post, "inputs": post_in, "outputs": {n: n for n in names}})
         outputs = _postprocess_entry(ckpt, name, {})["outputs"]
     else:
-        steps.append({"model": core, "inputs": feeds, "outputs": {"logits": "logits"}})
-        steps.append({"model": post, "inputs": {"logits": "logits"},
-                      "outputs": {n: n for n in ("LABEL", "SCORE", "SCORES")}})  # fmt: skip
+        steps.append({"model": core, "inputs": feeds, "outputs": {LOGITS: LOGITS}})
+        steps.append({"model": post, "inputs": {LOGITS: LOGITS},
+                      "outputs": {n: n for n in (LABEL, SCORE, SCORES)}})  # fmt: skip
         outputs = classification_outputs(len(ckpt.labels))
     inputs = [_tensor(source, "STRING", [1])]
     return {"name": f"{name}_pipeline", "max_batch_size": batch, "inputs": inputs, "outputs": outputs,

@@ -17,7 +17,7 @@ from builder.configs import (
     set_parameters,
 )
 from builder.python_models import model_sources, package
-from builder.python_models.onnx_runner import contract as runner
+from builder.python_models.shared import onnx_contract as runner
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import Batching, ModelSpec, Precision
 from builder.targets.base import ModelEntry, Target

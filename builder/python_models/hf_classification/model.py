@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .contract import CHECKPOINT_CONFIG, LABEL, LOGITS, SCORE, SCORES
+
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported as a library (tests)
@@ -55,7 +57,7 @@ class Labeller:
 
 
 def load_labeller(folder: str | Path) -> Labeller:
-    return Labeller(json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")))
+    return Labeller(json.loads((Path(folder) / CHECKPOINT_CONFIG).read_text(encoding="utf-8")))
 
 
 class TritonPythonModel:
@@ -65,9 +67,9 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            logits = pb_utils.get_input_tensor_by_name(request, "logits").as_numpy()
+            logits = pb_utils.get_input_tensor_by_name(request, LOGITS).as_numpy()
             names, best, scores = self.labeller.label(logits.reshape(-1, logits.shape[-1]))
-            outputs = [pb_utils.Tensor("LABEL", names), pb_utils.Tensor("SCORE", best),
-                       pb_utils.Tensor("SCORES", scores)]  # fmt: skip
+            outputs = [pb_utils.Tensor(LABEL, names), pb_utils.Tensor(SCORE, best),
+                       pb_utils.Tensor(SCORES, scores)]  # fmt: skip
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses

@@ -21,6 +21,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .contract import (
+    CHECKPOINT_CONFIG,
+    ENTITIES,
+    INPUT_IDS,
+    LOGITS,
+    OFFSET_MAPPING,
+    SPECIAL_TOKENS_MASK,
+    TEXT,
+    TOKEN_LABELS,
+    TOKEN_SCORES,
+    TOKENS,
+)
+
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported as a library (tests)
@@ -97,7 +110,7 @@ def _tag(label: str) -> tuple[str, str]:
 def load_tagger(folder: str | Path) -> Tagger:
     from transformers import AutoTokenizer
 
-    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    config = json.loads((Path(folder) / CHECKPOINT_CONFIG).read_text(encoding="utf-8"))
     return Tagger(AutoTokenizer.from_pretrained(str(folder)), config)
 
 
@@ -106,8 +119,8 @@ def batch_outputs(
 ) -> dict[str, NDArray[Any]]:
     """The four outputs for a request of ``len(texts)`` texts (rows of ``arrays``)."""
     rows = [
-        tagger.tokens(text, arrays["input_ids"][b], arrays["offset_mapping"][b],
-                      arrays["special_tokens_mask"][b], arrays["logits"][b])
+        tagger.tokens(text, arrays[INPUT_IDS][b], arrays[OFFSET_MAPPING][b],
+                      arrays[SPECIAL_TOKENS_MASK][b], arrays[LOGITS][b])
         for b, text in enumerate(texts)
     ]  # fmt: skip
     width = max((len(r) for r in rows), default=0)
@@ -119,10 +132,10 @@ def batch_outputs(
             words[b, i], labels[b, i], scores[b, i] = token.word.encode(), token.label.encode(), token.score
     entities = np.array([[json.dumps(tagger.entities(r)).encode()] for r in rows], dtype=object)
     return {
-        "TOKENS": words,
-        "TOKEN_LABELS": labels,
-        "TOKEN_SCORES": scores,
-        "ENTITIES": entities.reshape(-1, 1),
+        TOKENS: words,
+        TOKEN_LABELS: labels,
+        TOKEN_SCORES: scores,
+        ENTITIES: entities.reshape(-1, 1),
     }
 
 
@@ -145,10 +158,10 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            names = ("input_ids", "offset_mapping", "special_tokens_mask", "logits")
+            names = (INPUT_IDS, OFFSET_MAPPING, SPECIAL_TOKENS_MASK, LOGITS)
             arrays = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in names}
             texts = [
-                _text(v) for v in pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+                _text(v) for v in pb_utils.get_input_tensor_by_name(request, TEXT).as_numpy().reshape(-1)
             ]
             outputs = batch_outputs(self.tagger, texts, arrays)
             responses.append(pb_utils.InferenceResponse(

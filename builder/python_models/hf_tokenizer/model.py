@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .contract import MAX_LENGTH
+from .contract import MAX_LENGTH, OFFSET_MAPPING, SPECIAL_TOKENS_MASK, TEXT
 from .text_input import decode_texts
 
 try:  # only present inside tritonserver
@@ -29,7 +29,7 @@ try:  # only present inside tritonserver
 except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
-EXTRA_OUTPUTS = ("offset_mapping", "special_tokens_mask")
+EXTRA_OUTPUTS = (OFFSET_MAPPING, SPECIAL_TOKENS_MASK)
 
 
 def load_tokenizer(folder: str | Path) -> Any:
@@ -42,8 +42,8 @@ def encode(tokenizer: Any, texts: list[str], names: list[str], max_length: int) 
     """int64 arrays [len(texts), longest] (offset_mapping [.., longest, 2]) for ``names``."""
     encoded = tokenizer(
         texts, padding=True, truncation=True, max_length=max_length, return_tensors="np",
-        return_offsets_mapping="offset_mapping" in names,
-        return_special_tokens_mask="special_tokens_mask" in names,
+        return_offsets_mapping=OFFSET_MAPPING in names,
+        return_special_tokens_mask=SPECIAL_TOKENS_MASK in names,
     )  # fmt: skip
     return {name: np.asarray(encoded[name], dtype=np.int64) for name in names}
 
@@ -68,7 +68,7 @@ class TritonPythonModel:
         errors: list[str | None] = []
         for request in requests:
             try:
-                texts.append(decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()))
+                texts.append(decode_texts(pb_utils.get_input_tensor_by_name(request, TEXT).as_numpy()))
                 errors.append(None)
             except ValueError as exc:
                 texts.append(None)

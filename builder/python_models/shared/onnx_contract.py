@@ -3,8 +3,8 @@ for a stateful model): the config parameters the builder writes (builder/targets
 builder/configs.py) and the models read, declared once.
 
 Both packages link to this file as their ``contract.py``, so the repository writer copies it beside
-``model.py`` and the model imports it as a sibling; the builder imports it from
-``builder.python_models.onnx_runner.contract``. It imports nothing of the project.
+``model.py`` and the model imports it as a sibling; the builder imports it from here. It imports
+nothing of the project.
 """
 
 from __future__ import annotations

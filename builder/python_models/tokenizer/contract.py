@@ -1,1 +1,1 @@
-../shared/tokenizer_contract.py
+../shared/processing_contract.py

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .contract import MAX_LENGTH
+from .contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TEXT
 from .text_input import decode_texts
 
 try:  # only present inside tritonserver
@@ -64,7 +64,7 @@ class TritonPythonModel:
         errors: list[str | None] = []
         for request in requests:
             try:
-                texts.append(decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()))
+                texts.append(decode_texts(pb_utils.get_input_tensor_by_name(request, TEXT).as_numpy()))
                 errors.append(None)
             except ValueError as exc:
                 texts.append(None)
@@ -81,8 +81,8 @@ class TritonPythonModel:
                 continue
             n = len(group)
             outputs = [
-                pb_utils.Tensor("input_ids", ids[row : row + n]),
-                pb_utils.Tensor("attention_mask", mask[row : row + n]),
+                pb_utils.Tensor(INPUT_IDS, ids[row : row + n]),
+                pb_utils.Tensor(ATTENTION_MASK, mask[row : row + n]),
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
             row += n
