@@ -85,6 +85,23 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # The model's contract is a file of clients/ that its package links to: it must import
         # nothing either, or the copy beside model.py would not import in the server.
         ("clients/vllm_engine_contract.py", "import clients.errors", "Python-backend models import nothing"),
+        # The other models' contracts: files of builder/python_models/shared/ their packages link to,
+        # or a package's own contract.py.
+        (
+            "builder/python_models/shared/onnx_contract.py",
+            "import builder.configs",
+            "Python-backend models import nothing",
+        ),
+        (
+            "builder/python_models/shared/processing_contract.py",
+            "import builder.spec.checkpoint",
+            "Python-backend models import nothing",
+        ),
+        (
+            "builder/python_models/image_preprocess/contract.py",
+            "import builder.errors",
+            "Python-backend models import nothing",
+        ),
     ],
 )
 def test_a_planted_import_breaks_its_contract(copy: Path, module: str, planted: str, contract: str) -> None:
