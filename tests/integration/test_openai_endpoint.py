@@ -3,11 +3,13 @@ real tritonserver (the session's shared LLM server, one endpoint for the module)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionTokenLogprob
 
 from builder.openai_frontend.app import Settings
 from builder.openai_frontend.server import OpenAIServer
@@ -221,12 +223,107 @@ def test_tool_choice_none_answers_without_tools_and_auto_is_400(client: openai.O
     ("ask", "param"),
     [
         ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"logit_bias": {"42": 5}}, "logit_bias"),
-        ({"logprobs": True}, "logprobs"),
+        ({"extra_body": {"guided_json": {"type": "object"}}}, "guided_json"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ],
 )
 def test_what_would_be_ignored_is_400(client: openai.OpenAI, ask: dict[str, object], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, **ask)  # type: ignore[call-overload]
     assert isinstance(caught.value.body, dict) and caught.value.body["param"] == param
+
+
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "London", "Rome"]},
+        "sure": {"type": "boolean"},
+    },
+    "required": ["city", "sure"],
+    "additionalProperties": False,
+}
+
+
+def test_a_json_schema_response_format_is_followed_whole_and_streamed(client: openai.OpenAI) -> None:
+    """vLLM's structured outputs (xgrammar) enforce the schema: the answer parses and validates."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}}
+    ask = {"model": MODEL, "messages": CHAT, "max_tokens": 40, "temperature": 0, "response_format": fmt}
+    reply = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    content = reply.choices[0].message.content or ""
+    answer = json.loads(content)  # valid as CITY says: its two keys alone, of their types
+    assert set(answer) == {"city", "sure"} and answer["city"] in CITY["properties"]["city"]["enum"]  # type: ignore[index]
+    assert isinstance(answer["sure"], bool)
+    assert reply.choices[0].finish_reason == "stop"
+    chunks = list(client.chat.completions.create(**ask, stream=True))  # type: ignore[call-overload]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == content
+
+
+def test_a_json_object_response_format_gives_json(client: openai.OpenAI) -> None:
+    fmt = {"response_format": {"type": "json_object"}}  # vLLM's completions extension
+    reply = client.completions.create(model=MODEL, prompt="A JSON object about Paris:", max_tokens=30,
+                                      temperature=0, extra_body=fmt)  # fmt: skip
+    assert reply.choices[0].text.lstrip().startswith("{"), reply.choices[0].text
+
+
+def test_chat_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    """One entry per generated token (the end-of-turn token too, as vLLM's server counts it), its top
+    list ``top_logprobs`` long; greedy, the token is the most likely one."""
+    ask = {"model": MODEL, "messages": CHAT, "max_tokens": 8, "temperature": 0, "logprobs": True,
+           "top_logprobs": 3}  # fmt: skip
+    reply = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    choice = reply.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    assert reply.usage is not None and len(content) == reply.usage.completion_tokens
+    text = "".join(t.token for t in content)
+    assert text.startswith(choice.message.content or "") and (choice.finish_reason == "stop" or
+                                                              text == choice.message.content)  # fmt: skip
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.bytes == list(t.token.encode())
+        assert t.logprob == max(c.logprob for c in t.top_logprobs)  # greedy: the most likely token
+        assert t.top_logprobs[0].token == t.token
+    streamed: list[ChatCompletionTokenLogprob] = []
+    for c in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        if c.choices and c.choices[0].logprobs is not None:
+            streamed += c.choices[0].logprobs.content or []
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in content], abs=1e-3)
+
+
+def test_completion_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    ask = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 2}
+    reply = client.completions.create(**ask)  # type: ignore[call-overload]
+    choice = reply.choices[0]
+    found = choice.logprobs
+    assert found is not None and found.tokens and found.token_logprobs and found.top_logprobs
+    assert "".join(found.tokens) == choice.text and len(found.tokens) == 6
+    assert found.text_offset == [sum(len(t) for t in found.tokens[:i]) for i in range(6)]
+    for token, logprob, top in zip(found.tokens, found.token_logprobs, found.top_logprobs, strict=True):
+        assert 2 <= len(top) <= 3 and top[token] == logprob == max(top.values())
+    tokens: list[str] = []
+    offsets: list[int] = []
+    for c in client.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        if c.choices[0].logprobs is not None:
+            tokens += c.choices[0].logprobs.tokens or []
+            offsets += c.choices[0].logprobs.text_offset or []
+    assert tokens == found.tokens and offsets == found.text_offset
+
+
+def test_logit_bias_is_applied_and_bad_keys_are_400(client: openai.OpenAI) -> None:
+    """A bias of 100 (the clamp) on one token makes greedy decoding choose it every time."""
+    ask = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 0}
+    plain = client.completions.create(**ask)  # type: ignore[call-overload]
+    biased = client.completions.create(**ask, logit_bias={"42": 500})  # type: ignore[call-overload]
+    tokens = biased.choices[0].logprobs.tokens
+    assert tokens is not None and len(set(tokens)) == 1 and biased.choices[0].text != plain.choices[0].text
+    for bad in ({"999999999": 1}, {"the": 1}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(**ask, logit_bias=bad)  # type: ignore[call-overload]
+        assert "logit_bias" in caught.value.message
+
+
+def test_without_max_tokens_the_answer_is_not_cut_at_16_tokens(client: openai.OpenAI) -> None:
+    """vLLM's server lets it run to the context's end; SamplingParams' own default would stop at 16."""
+    reply = client.completions.create(model=MODEL, prompt="1, 2, 3, 4, 5,", temperature=0, stop=["19"])
+    assert reply.choices[0].finish_reason == "stop", reply.choices[0].text
+    assert reply.usage is not None and reply.usage.completion_tokens > 16
