@@ -37,11 +37,37 @@ def mapped_names(pids: Iterable[int | str] | None = None, folder: Path = SHM) ->
     return names
 
 
+def mapped_inodes(folder: Path = SHM) -> set[int]:
+    """The inodes of the files of ``folder`` that any live process maps, under whatever name."""
+    prefix = f"{folder}/"
+    inodes: set[int] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text(errors="replace")
+        except OSError:
+            continue
+        inodes |= {int(line.split()[4]) for line in text.splitlines() if prefix in line}
+    return inodes
+
+
+def _inode(path: Path) -> int:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return -1
+
+
 def orphaned(candidates: set[str], folder: Path = SHM) -> set[str]:
     """Those of ``candidates`` (LEFTOVER_KINDS only) still in ``folder`` that no live process maps:
-    nothing can use them any more."""
+    nothing can use them any more. glibc's ``sem_open`` maps a temporary file and then links it
+    to the semaphore's name, so a semaphore in use (loky's, while vLLM starts its workers) shows
+    in /proc/*/maps under the deleted temporary name: its inode says it is mapped."""
     left = candidates & shm_names(folder)
-    return left - mapped_names(folder=folder) if left else set()
+    if not left:
+        return set()
+    left -= mapped_names(folder=folder)
+    inodes = mapped_inodes(folder)
+    return {name for name in left if _inode(folder / name) not in inodes}
 
 
 def remove_orphaned(candidates: set[str], folder: Path = SHM) -> set[str]:
