@@ -4,8 +4,8 @@ Speaks the interface of Triton's vLLM backend: inputs ``text_input``, ``stream``
 ``sampling_parameters`` (JSON), ``exclude_input_in_output``, ``return_finish_reason``,
 ``return_cumulative_logprob``, ``return_logprobs``, ``return_num_input_tokens``,
 ``return_num_output_tokens``; outputs ``text_output``, ``finish_reason``, ``cumulative_logprob``,
-``logprobs`` (JSON: per new token, ``{token_id: {logprob, rank, decoded_token}}``; ``null`` unless
-``sampling_parameters.logprobs`` is set), ``num_input_tokens``, ``num_output_tokens``.
+``logprobs`` (JSON: per new token, ``{token_id: {logprob, rank, decoded_token}}``, the generated token
+first; ``null`` unless ``sampling_parameters.logprobs`` is set), ``num_input_tokens``, ``num_output_tokens``.
 Engine arguments come from ``model.json`` in the version folder (``model`` may be relative to that
 folder). LoRA as in Triton's vLLM backend: with ``enable_lora`` in model.json, ``multi_lora.json`` in
 the version folder maps adapter names to folders (relative ones resolved against the version folder
