@@ -277,7 +277,8 @@ def _call(body: Mapping[str, Any], request: Mapping[str, Any], prompts: Any, lim
         sampling["logit_bias"] = dict(request["logit_bias"])
     structured = structured_outputs(body)
     if structured is not None:
-        sampling["structured_outputs"] = structured
+        # As JSON text: Triton's vLLM backend (the gpu target) takes it only so; the local model both ways.
+        sampling["structured_outputs"] = json.dumps(structured)
     if limit is not None:
         sampling["max_tokens"] = limit
     if request.get("n") not in (None, 1):  # completions: one choice each

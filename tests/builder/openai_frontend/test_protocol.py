@@ -207,23 +207,23 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 )
 def test_a_json_response_format_becomes_vllms_structured_outputs(fmt: dict[str, Any], made: Any) -> None:
     """As vLLM's server maps it; the model makes vLLM's StructuredOutputsParams of it."""
-    assert parse_chat({**CHAT, "response_format": fmt}).sampling == {"structured_outputs": made}
+    assert parse_chat({**CHAT, "response_format": fmt}).sampling == {"structured_outputs": json.dumps(made)}
     body = {"model": "m", "prompt": "p", "response_format": fmt}  # vLLM's completions extension
-    assert parse_completion(body).sampling == {"structured_outputs": made}
+    assert parse_completion(body).sampling == {"structured_outputs": json.dumps(made)}
     assert parse_chat({**CHAT, "response_format": {"type": "text"}}).sampling == {}
 
 
 def test_vllms_structured_outputs_field_goes_to_the_model_and_response_format_overrides_it() -> None:
     own = {"choice": ["yes", "no"]}
     assert parse_completion({"model": "m", "prompt": "p", "structured_outputs": own}).sampling == {
-        "structured_outputs": own
+        "structured_outputs": json.dumps(own)
     }
     both = {
         **CHAT,
         "structured_outputs": {"disable_any_whitespace": True},
         "response_format": {"type": "json_object"},
     }
-    assert parse_chat(both).sampling["structured_outputs"] == {
+    assert json.loads(parse_chat(both).sampling["structured_outputs"]) == {
         "disable_any_whitespace": True,
         "json_object": True,
     }
