@@ -26,7 +26,7 @@ OPEN = re.compile(r"<!-- figures: ([^>]*?) -->")
 CLOSE = "<!-- /figures -->"
 # What `make bench` (bench.run) runs, in its order.
 BENCH_RUN = ("serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "queue_bound",
-             "build_time", "llm")  # fmt: skip
+             "build_time", "llm", "llm_aiperf")  # fmt: skip
 NOT_RECORDED = "not recorded"
 
 
@@ -360,6 +360,40 @@ def _backends_run(r: Result, key: str, run: Mapping[str, Any]) -> str:
     return _lines(header, "", text, "", backends_table(run["sides"]), *before)
 
 
+AIPERF_HEAD = (
+    "| server | tool | streams | requests | TTFT p50 | ITL p50 | output tokens/s |",
+    "|---|---|---|---|---|---|---|",
+)
+AIPERF_SIDES = {"tritonforge": "tritonforge (Triton + `vllm_engine`)", "vllm": "vLLM's own server"}
+
+
+def _aiperf_tool(side: str, tool: str, version: str) -> str:
+    if tool == "aiperf":
+        via = "the project's OpenAI endpoint" if side == "tritonforge" else "`/v1/completions`"
+        return f"aiperf {version}, {via}"
+    return "own (perf_analyzer, " + ("gRPC)" if side == "tritonforge" else "`/v1/completions`)")
+
+
+def render_llm_aiperf(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.llm_aiperf: aiperf's figures beside the project's own, per server and concurrency."""
+    (r,) = results
+    record = r.get("results")
+    if record.get("skipped"):
+        return _lines(r.machine().header(r.source), "", f"Skipped: {record['skipped']}.")
+    m, version = r.get("results", "results"), str(record.get("aiperf", "?"))
+    lines = [r.machine(date=record.get("date"), load_avg=m.get("load_avg_before")).header(r.source), ""]
+    lines += [*AIPERF_HEAD]
+    for side, label in AIPERF_SIDES.items():
+        for tool in ("own", "aiperf"):
+            for point in r.get("results", "results", side, tool).values():
+                lines.append(
+                    f"| {label} | {_aiperf_tool(side, tool, version)} | {point['concurrency']} | "
+                    f"{point['requests']} | {point['ttft_ms_p50']:.0f} ms | {point['itl_ms_p50']:.1f} ms | "
+                    f"{point['output_tokens_per_s']:.0f} |"
+                )
+    return _lines(*lines, "", _table(r.rows()))
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -378,6 +412,7 @@ KINDS: dict[str, Kind] = {
     "runner_overhead": Kind(render_runner_overhead, ("runner_overhead",)),
     "openai": Kind(render_openai, ("openai",)),
     "llm_backends": Kind(render_llm_backends, ("llm_per_token",)),
+    "llm_aiperf": Kind(render_llm_aiperf, ("llm_aiperf",)),
 }
 
 

@@ -28,6 +28,7 @@ BENCHMARKS = [
     "queue_bound",
     "build_time",
     "llm",
+    "llm_aiperf",
 ]
 
 
