@@ -214,9 +214,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # path to it), so a module the collection check above cannot see (a build, a helper) fails too.
 SERVER_MARKERS = ("integration", "slow")
 # vLLM engines up at once, all in the engines scope's process: the zoo's server (`triton`), the
-# shared LLM server (`llm_triton`) and one that the module running starts for itself (a server
-# with settings of its own, or a build's verification). More fails the run (pytest_sessionfinish).
-ENGINES_AT_ONCE = 3
+# shared LLM server (`llm_triton`) and the module running's own server or build verification, which
+# has two when it serves a lane with an engine of its own (test_llm_lanes) or verifies both dtypes.
+# More fails the run (pytest_sessionfinish).
+ENGINES_AT_ONCE = 4
 ENGINE_ARGS = "model.json"  # the vllm_engine model's engine arguments, beside its model.py
 _RUNNING: list[pytest.Item] = []  # the test this process is setting up, running or tearing down
 

@@ -25,12 +25,12 @@ import pytest
 from builder.cli.serve import is_loopback, ready_models
 from builder.configs import python_config, read_config, write_config
 from builder.errors import BuildError
+from builder.python_models import copy_sources, model_sources, package
 from builder.server import TritonServer, find_free_port, tritonserver_command
 from builder.shared_memory import group_members
 from builder.spec import PythonModelSpec
 
 ROOT = Path(__file__).parents[2]
-PREPROCESS = ROOT / "builder" / "python_models" / "image_preprocess" / "model.py"
 bundled = pytest.mark.skipif(shutil.which("tritonserver") is not None, reason="a system tritonserver is used")
 
 
@@ -47,7 +47,7 @@ def python_repo(root: Path, name: str = "pre") -> Path:
     )
     write_config(python_config(pm, queue_policy=True), root / name)
     (root / name / "1").mkdir()
-    shutil.copy(PREPROCESS, root / name / "1" / "model.py")
+    copy_sources(model_sources(package("image_preprocess")), root / name / "1")
     return root
 
 

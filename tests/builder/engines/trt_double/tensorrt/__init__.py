@@ -117,17 +117,23 @@ class DataType:
         return f"DataType.{self.name}"
 
 
-float32, float16, int8, int32, int64 = (
+float32, float16, int8, int32, int64, uint8 = (
     DataType("FLOAT", 4),
     DataType("HALF", 2),
     DataType("INT8", 1),
     DataType("INT32", 4),
     DataType("INT64", 8),
+    DataType("UINT8", 1),
 )
+# The ONNX types at a network's inputs and outputs this double runs (TensorRT 10 takes BOOL too; the
+# double refuses it, as it would shadow the builtin here); the parser refuses the others.
 _ONNX_TYPES = {
     onnx.TensorProto.FLOAT: float32,
     onnx.TensorProto.FLOAT16: float16,
+    onnx.TensorProto.INT8: int8,
+    onnx.TensorProto.INT32: int32,
     onnx.TensorProto.INT64: int64,
+    onnx.TensorProto.UINT8: uint8,
 }
 
 
@@ -220,12 +226,12 @@ class OnnxParser:
             self.errors.append(ParserError(bad))
             return False
         graph = onnx.load(model, load_external_data=False).graph
-        self.errors += _unsupported_dequantize(graph)
+        self.errors += _unsupported_dequantize(graph) + _unsupported_io_types(graph)
         if self.errors:
             return False
         weights = {i.name for i in graph.initializer}
         self.network.inputs = [
-            ITensor(i.name, _dims(i), _ONNX_TYPES.get(i.type.tensor_type.elem_type, float32))
+            ITensor(i.name, _dims(i), _ONNX_TYPES[i.type.tensor_type.elem_type])
             for i in graph.input
             if i.name not in weights
         ]
@@ -245,6 +251,18 @@ class OnnxParser:
 def _dims(value: onnx.ValueInfoProto) -> list[int]:
     dims = value.type.tensor_type.shape.dim
     return [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+
+
+def _unsupported_io_types(graph: onnx.GraphProto) -> list[ParserError]:
+    return [
+        ParserError(
+            v.name,
+            "Input",
+            f"unsupported data type {onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)}",
+        )
+        for v in [*graph.input, *graph.output]
+        if v.type.tensor_type.elem_type not in _ONNX_TYPES
+    ]
 
 
 def _unsupported_dequantize(graph: onnx.GraphProto) -> list[ParserError]:
@@ -512,8 +530,7 @@ class ICudaEngine:
         graph = onnx.load(plan["onnx"], load_external_data=False).graph
         self._io = [(name, TensorIOMode.INPUT) for name in plan["inputs"]]
         self._io += [(o.name, TensorIOMode.OUTPUT) for o in graph.output]
-        self._types = {v.name: _ONNX_TYPES.get(v.type.tensor_type.elem_type, float32) for v in graph.input}
-        self._types |= {v.name: _ONNX_TYPES.get(v.type.tensor_type.elem_type, float32) for v in graph.output}
+        self._types = {v.name: _ONNX_TYPES[v.type.tensor_type.elem_type] for v in [*graph.input, *graph.output]}
         self._shapes = {v.name: _dims(v) for v in [*graph.input, *graph.output]}
         self._session: Any = None
 
@@ -643,7 +660,14 @@ class IExecutionContext:
         return {n: np.ascontiguousarray(v) for n, v in zip(names, session.run(names, feed), strict=True)}
 
 
-_NUMPY = {"FLOAT": "float32", "HALF": "float16", "INT8": "int8", "INT32": "int32", "INT64": "int64"}
+_NUMPY = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT8": "uint8",
+}
 
 
 class Runtime:
