@@ -26,7 +26,7 @@ OPEN = re.compile(r"<!-- figures: ([^>]*?) -->")
 CLOSE = "<!-- /figures -->"
 # What `make bench` (bench.run) runs, in its order.
 BENCH_RUN = ("serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "queue_bound",
-             "build_time", "llm", "llm_aiperf")  # fmt: skip
+             "build_time", "llm", "llm_aiperf", "llm_openai_cpu")  # fmt: skip
 NOT_RECORDED = "not recorded"
 
 
@@ -394,6 +394,79 @@ def render_llm_aiperf(results: Sequence[Result], results_dir: Path) -> str:
     return _lines(*lines, "", _table(r.rows()))
 
 
+OPENAI_CPU_HEAD = (
+    "| side | serving CPU per token | / vLLM | per round | by process | engine core per token | "
+    "tokens/s per round |",
+    "|---|---|---|---|---|---|---|",
+)
+
+
+def openai_cpu_table(sides: Mapping[str, Any]) -> str:
+    """bench.llm_openai_cpu's sides: CPU µs per streamed token of the serving processes."""
+    lines = list(OPENAI_CPU_HEAD)
+    for name, s in sides.items():
+        rounds = ", ".join(f"{x:.0f}" for x in s["round_serving_us_per_token"])
+        roles = ", ".join(f"{role} {us:.0f}" for role, us in s["by_process_us_per_token"].items())
+        tps = ", ".join(f"{x:.0f}" for x in s["round_tokens_per_s"])
+        lines.append(
+            f"| {name} | {s['serving_us_per_token']:.0f} µs | {s['vs_vllm']:.2f}x | {rounds} | {roles} | "
+            f"{s['engine_core_us_per_token']:.0f} µs | {tps} |"
+        )
+    return "\n".join(lines)
+
+
+def render_llm_openai_cpu(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.llm_openai_cpu: the serving processes' CPU per streamed token, each side beside vLLM's
+    own server, from the record's own machine (its date, CPU, flags and load when it started)."""
+    (r,) = results
+    record = r.get("results")
+    if record.get("skipped"):
+        return _lines(r.machine().header(r.source), "", f"Skipped: {record['skipped']}.")
+    load = record["load"]
+    extra = record.get("model_json_extra") or {}
+    setting = ", ".join(f"{k} {v}" for k, v in extra.items()) or "none"
+    text = (
+        f"{load['concurrency'][0]} streams, {load['output_tokens']} new tokens (`ignore_eos`), "
+        f"{record['rounds']} rounds in a rotated order, {record['minutes']} min; engine "
+        f"{record['engine']['dtype']}, stream_interval {record.get('stream_interval', 1)}; model.json "
+        f"additions: {setting}; load average {' / '.join(map(str, record['load_avg_after']))} after."
+    )
+    header = Machine.of(record).header(f"{r.source}, `results`")
+    return _lines(header, "", text, "", openai_cpu_table(record["sides"]), "", _table(r.rows()))
+
+
+OPENAI_CPU_RUNS_HEAD = (
+    "| run | when (load average) | what ran | OpenAI path | gRPC path | vLLM's server | OpenAI / vLLM | "
+    "OpenAI path by process |",
+    "|---|---|---|---|---|---|---|---|",
+)
+
+
+def render_llm_openai_cpu_runs(results: Sequence[Result], results_dir: Path) -> str:
+    """``python -m bench.llm_openai_cpu --key KEY`` records: serving CPU µs per token, each run,
+    with its date and load average (read at its start, or where its ``note`` says so, its end)."""
+    (r,) = results
+    runs = r.get("runs")
+    lines = [*OPENAI_CPU_RUNS_HEAD]
+    for key, run in runs.items():
+        sides = run["sides"]
+        when = "at its end" if run.get("note") else "at its start"
+        load = f"{run['date']} ({' / '.join(map(str, run['load_avg']))} {when})"
+        roles = ", ".join(f"{k} {v:.0f}" for k, v in sides["openai"]["by_process_us_per_token"].items())
+        us = {side: f"{sides[side]['serving_us_per_token']:.0f} µs" for side in ("openai", "grpc", "vllm")}
+        lines.append(
+            f"| `{key}` | {load} | {run['what']} | {us['openai']} | {us['grpc']} | {us['vllm']} | "
+            f"{sides['openai']['vs_vllm']:.2f}x | {roles} |"
+        )
+    first = Machine.of(next(iter(runs.values())), date="on the dates in the table")
+    header = (
+        replace(first, load_avg=None)
+        .header(r.source)
+        .replace(f"load average {NOT_RECORDED} at start", "load averages in the table")
+    )
+    return _lines(header, "", *lines)
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -413,6 +486,8 @@ KINDS: dict[str, Kind] = {
     "openai": Kind(render_openai, ("openai",)),
     "llm_backends": Kind(render_llm_backends, ("llm_per_token",)),
     "llm_aiperf": Kind(render_llm_aiperf, ("llm_aiperf",)),
+    "llm_openai_cpu": Kind(render_llm_openai_cpu, ("llm_openai_cpu",)),
+    "llm_openai_cpu_runs": Kind(render_llm_openai_cpu_runs, ("llm_openai_cpu_runs",)),
 }
 
 

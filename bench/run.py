@@ -29,6 +29,7 @@ BENCHMARKS = [
     "build_time",
     "llm",
     "llm_aiperf",
+    "llm_openai_cpu",
 ]
 
 

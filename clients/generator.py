@@ -145,11 +145,19 @@ def grpc_request(model: str, fields: Mapping[str, Any]) -> service_pb2.ModelInfe
     return request
 
 
-def _scalar(array: np.ndarray[Any, Any] | None, default: Any) -> Any:
-    if array is None or array.size == 0:
+def _scalar(array: np.ndarray[Any, Any] | list[Any] | None, default: Any) -> Any:
+    values = _flat(array)
+    if not values:
         return default
-    value = array.reshape(-1)[0]
+    value = values[0]
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _flat(array: np.ndarray[Any, Any] | list[Any] | None) -> list[Any]:
+    """An output's values in order (a list read from raw contents is one already)."""
+    if array is None:
+        return []
+    return array if isinstance(array, list) else list(array.reshape(-1))
 
 
 def piece_from_grpc(response: Any) -> tuple[Piece | None, bool]:
@@ -160,8 +168,27 @@ def piece_from_grpc(response: Any) -> tuple[Piece | None, bool]:
     final = infer.parameters["triton_final_response"].bool_param
     if not infer.outputs:  # the empty final response
         return None, final
+    if len(infer.raw_output_contents) == len(infer.outputs):  # as tritonserver sends them
+        raw = zip(infer.outputs, infer.raw_output_contents, strict=True)
+        return _piece({o.name: _raw_values(o.datatype, data) for o, data in raw if o.name in _OUTPUTS}), final
     result = InferResult(infer)
     return _piece({name: result.as_numpy(name) for name in _OUTPUTS}), final
+
+
+_RAW_TYPES = {"BOOL": "?", "UINT32": "<u4", "INT32": "<i4", "UINT64": "<u8", "INT64": "<i8", "FP32": "<f4"}
+
+
+def _raw_values(datatype: str, data: bytes) -> list[Any]:
+    """The values of one output's raw contents, read directly (one stream carries a response per
+    token): BYTES as length-prefixed strings (4 bytes, little-endian), numbers by their type."""
+    if datatype != "BYTES":
+        return np.frombuffer(data, dtype=_RAW_TYPES[datatype]).tolist()  # type: ignore[no-any-return]
+    values, at = [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "little")
+        values.append(data[at + 4 : at + 4 + size])
+        at += 4 + size
+    return values
 
 
 async def pieces_of(call: Any) -> AsyncIterator[Piece]:
@@ -187,28 +214,33 @@ def piece_from_json(body: Mapping[str, Any]) -> Piece:
 _OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens", "logprobs")
 
 
-def _piece(values: Mapping[str, np.ndarray[Any, Any] | None]) -> Piece:
-    texts = _each(values["text_output"], "")
-    reasons = _each(values["finish_reason"], None, len(texts))
-    tokens = _each(values["num_output_tokens"], 0, len(texts))
+def _piece(values: Mapping[str, np.ndarray[Any, Any] | list[Any] | None]) -> Piece:
+    texts = _each(values.get("text_output"), "")
+    reasons = _each(values.get("finish_reason"), None, len(texts))
+    tokens = _each(values.get("num_output_tokens"), 0, len(texts))
     logprobs = _each(values.get("logprobs"), None, len(texts))
     completions = [
         Completion(str(text), None if reason in (None, "None", "") else str(reason), int(count),
                    None if chosen is None else str(chosen))
         for text, reason, count, chosen in zip(texts, reasons, tokens, logprobs, strict=False)
     ]  # fmt: skip
-    first = completions[0]
+    first, prompt = completions[0], int(_scalar(values.get("num_input_tokens"), 0))
     return Piece(
-        first.text, first.finish_reason, int(_scalar(values["num_input_tokens"], 0)), first.num_output_tokens,
-        tuple(completions[1:]), first.logprobs,
-    )  # fmt: skip
+        first.text,
+        first.finish_reason,
+        prompt,
+        first.num_output_tokens,
+        tuple(completions[1:]),
+        first.logprobs,
+    )
 
 
-def _each(array: np.ndarray[Any, Any] | None, default: Any, size: int = 1) -> list[Any]:
+def _each(array: np.ndarray[Any, Any] | list[Any] | None, default: Any, size: int = 1) -> list[Any]:
     """An output's values, one per completion (``size`` defaults when the output is missing)."""
-    if array is None or array.size == 0:
+    values = _flat(array)
+    if not values:
         return [default] * size
-    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.reshape(-1)]
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in values]
 
 
 def stream_error(message: str, status: str = "") -> TritonClientError:

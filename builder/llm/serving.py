@@ -36,6 +36,7 @@ from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's,
 LORA_DIR = "loras"  # the adapters' folder in the version folder
 MODEL_SOURCE = package("vllm_engine") / "model.py"  # beside it, the modules of its package
 GIB = 1 << 30
+STREAM_INTERVAL = 8  # EngineArgs.stream_interval's default: see there
 
 
 class Device(str, Enum):
@@ -76,6 +77,10 @@ class EngineArgs:
     enforce_eager: bool = True
     max_num_batched_tokens: int | None = None
     seed: int = 0
+    # vLLM's stream_interval: a streamed request gets a response every this many new tokens (its
+    # first token and its last at once), so each response, gRPC message and SSE event carries
+    # several: the serving processes' CPU per token falls (bench/llm_openai_cpu.py).
+    stream_interval: int = STREAM_INTERVAL
     lora: LoRAArgs | None = None  # None: no LoRA adapters (enable_lora left out)
 
     def __post_init__(self) -> None:
@@ -90,6 +95,8 @@ class EngineArgs:
             raise ValueError(
                 f"engine: gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
             )
+        if self.stream_interval < 1:
+            raise ValueError(f"engine: stream_interval must be at least 1, got {self.stream_interval}")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(
                 f"engine: max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}"
@@ -185,6 +192,8 @@ def model_json(args: EngineArgs) -> dict[str, Any]:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.max_num_batched_tokens is not None:
         out["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.stream_interval != 1:  # vLLM's default: a model.json for an older vLLM stays as it was
+        out["stream_interval"] = args.stream_interval
     if args.lora is not None:
         out.update(args.lora.as_json())
     return out

@@ -34,7 +34,7 @@ from .protocol import (
     parse_json,
     unknown_model,
 )
-from .responses import Envelope, Tagged, Tally, choices, chunk, usage_chunk, whole
+from .responses import Envelope, Tagged, Tally, choices, chunk, chunk_event, usage_chunk, whole
 
 T = TypeVar("T")
 
@@ -199,6 +199,7 @@ async def _events(env: Envelope, call: Call, source: AsyncGenerator[Tagged, None
     finished: set[int] = set()  # choices whose finish reason went out (n > 1 repeats it)
     echo = _echoed(call)
     offsets: dict[int, int] = {}  # completions' logprobs: each choice's text so far
+    frame = env.frame()
     try:
         async for prompt, piece in source:
             tally.add(piece, prompt)
@@ -207,11 +208,13 @@ async def _events(env: Envelope, call: Call, source: AsyncGenerator[Tagged, None
                 text = echo[prompt] + part.text if echo and index not in started else part.text
                 found = logprobs.steps(part.logprobs)
                 if text or reason or found or index not in started:
-                    scores = _scores(call, found, offsets.get(index, 0), env.chat)
-                    offsets[index] = offsets.get(index, 0) + logprobs.text_length(found)
-                    yield _sse(
-                        chunk(env, text, reason, first=index not in started, index=index, scores=scores)
-                    )
+                    first = index not in started
+                    if call.top_logprobs is None:  # one per streamed piece: written, not modelled
+                        yield chunk_event(frame, env.chat, text, reason, first, index)
+                    else:
+                        scores = _scores(call, found, offsets.get(index, 0), env.chat)
+                        offsets[index] = offsets.get(index, 0) + logprobs.text_length(found)
+                        yield _sse(chunk(env, text, reason, first=first, index=index, scores=scores))
                     started.add(index)
                 if reason:
                     finished.add(index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -81,6 +82,31 @@ class Envelope:
     def new(cls, model: str, chat: bool) -> Envelope:
         prefix = "chatcmpl" if chat else "cmpl"
         return cls(model, chat, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+
+    def frame(self) -> tuple[str, str]:
+        """The text of a streamed chunk's server-sent event before and after its one choice."""
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        head = f'data: {{"id":{_js(self.id)},"choices":['
+        tail = f'],"created":{self.created},"model":{_js(self.model)},"object":"{kind}"}}\n\n'
+        return head, tail
+
+
+def _js(value: str | None) -> str:
+    """A JSON string (or null), UTF-8 left as is, as pydantic writes it."""
+    return "null" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def chunk_event(frame: tuple[str, str], chat: bool, text: str, reason: str | None, first: bool = False,
+                index: int = 0) -> str:  # fmt: skip
+    """The server-sent event of one streamed chunk without logprobs: the text ``chunk`` dumps
+    (``model_dump_json(exclude_unset=True)``), written directly (one per streamed piece)."""
+    finish = _js(finish_reason(reason))
+    if chat:
+        role = ',"role":"assistant"' if first else ""
+        choice = f'{{"delta":{{"content":{_js(text)}{role}}},"index":{index},"finish_reason":{finish}}}'
+    else:
+        choice = f'{{"finish_reason":{finish},"index":{index},"logprobs":null,"text":{_js(text)}}}'
+    return frame[0] + choice + frame[1]
 
 
 def whole(

@@ -285,3 +285,21 @@ def test_lora_name_goes_where_triton_vllm_backend_reads_it() -> None:
     fields = request_fields("Hi", False, 8, 0.0, 1.0, None, None, with_lora({}, "sea"))
     assert json.loads(fields["sampling_parameters"])["lora_name"] == "sea" and "lora_name" not in fields
     assert with_lora({"seed": 1}, None) == {"seed": 1}
+
+
+def test_a_response_read_from_raw_contents_matches_tritonclients_reading() -> None:
+    """Responses are read from their raw contents directly; one whose outputs come as typed
+    ``contents`` instead (no raw contents) is read by tritonclient's InferResult."""
+    response = _grpc_response(" Paris ", True, 3)
+    infer = response.infer_response
+    reason = infer.outputs.add(name="finish_reason", datatype="BYTES", shape=[1])
+    infer.raw_output_contents.append(len(b"length").to_bytes(4, "little") + b"length")
+    del reason
+    infer.outputs.add(name="num_input_tokens", datatype="UINT32", shape=[1])
+    infer.raw_output_contents.append(np.array([9], dtype=np.uint32).tobytes())
+    assert piece_from_grpc(response) == (Piece(" Paris ", "length", 9, 3), True)
+    typed = service_pb2.ModelStreamInferResponse()
+    typed.infer_response.parameters["triton_final_response"].bool_param = False
+    text = typed.infer_response.outputs.add(name="text_output", datatype="BYTES", shape=[1])
+    text.contents.bytes_contents.append(b" Lyon")
+    assert piece_from_grpc(typed) == (Piece(" Lyon", None, 0, 0), False)

@@ -11,6 +11,7 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from builder.llm.serving import (
+    STREAM_INTERVAL,
     Device,
     EngineArgs,
     Lane,
@@ -194,3 +195,11 @@ def test_the_specs_long_lane_reaches_the_model_with_both_thresholds_and_its_kv_s
         "max_num_seqs": 8,
         "kv_cache_memory_bytes": 1 << 30,
     }
+
+
+def test_model_json_carries_stream_interval_only_off_vllms_default() -> None:
+    assert model_json(EngineArgs(model="/m", stream_interval=4))["stream_interval"] == 4
+    assert "stream_interval" not in model_json(EngineArgs(model="/m", stream_interval=1))
+    assert model_json(EngineArgs(model="/m")).get("stream_interval", 1) == STREAM_INTERVAL
+    with pytest.raises(ValueError, match="stream_interval"):
+        EngineArgs(model="/m", stream_interval=0)

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from builder.python_models.vllm_engine.utils import sending
+from builder.python_models.vllm_engine.utils.responses import STALL_PERIOD
 from tests.builder.fixtures.vllm_engine import (
     FINAL,
     WAIT,
@@ -88,3 +90,27 @@ def test_a_request_cancelled_before_the_engine_added_it_is_aborted_before_its_sl
     assert engine.aborted == [(cancelled.id, 1)]  # aborted explicitly, while it still held its slot
     assert sender.replies[-1].error.code == "CANCELLED" and cancelled.lane.inflight == 0
     assert cancelled.id not in model.jobs
+
+
+def test_a_streamed_request_is_asked_after_each_response_and_swept_only_once_its_responses_stop(
+    model: m.TritonPythonModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Triton's vLLM backend asks before each response, the asking follows the responses (at most
+    once a WATCH_PERIOD); a request without a streamed response yet is asked at every sweep."""
+    sender, other = RecordingSender(), RecordingSender()
+    streamed, waiting = job(sender), job(other)
+    watched = {streamed.id: streamed, waiting.id: waiting}
+    model._handle((streamed, FakePbUtils.InferenceResponse(), 0), watched)
+    assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled"]
+    monkeypatch.setattr(sending, "WATCH_PERIOD", 3600.0)  # the next response comes within it
+    model._handle((streamed, FakePbUtils.InferenceResponse(), 0), watched)
+    assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled", "send"]
+    model._check_cancelled(watched)
+    assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled", "send"]  # asked lately
+    assert [call for call, _, _ in other.calls] == ["is_cancelled"]
+    streamed.asked -= STALL_PERIOD  # its responses stopped
+    model._check_cancelled(watched)
+    assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled", "send", "is_cancelled"]
+    model._handle((streamed, FakePbUtils.InferenceResponse(), FINAL), watched)
+    model._check_cancelled(watched)
+    assert [call for call, _, _ in sender.calls][-1] == "send" and streamed.id not in watched

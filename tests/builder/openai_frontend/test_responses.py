@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
 from openai.types import Completion as TextCompletion
 from openai.types.chat import ChatCompletion
 
-from builder.openai_frontend.responses import Envelope, Tally, whole
+from builder.openai_frontend.responses import Envelope, Tally, chunk, chunk_event, whole
 from clients.generator import Completion, Piece
 
 
@@ -45,3 +48,17 @@ def test_several_prompts_number_their_choices_as_vllm_and_sum_usage() -> None:
     assert isinstance(text, TextCompletion)
     assert [(c.index, c.text) for c in text.choices] == [(0, "a:A0"), (1, "a:A1"), (2, "b:B0"), (3, "b:B1")]
     assert text.usage is not None and (text.usage.prompt_tokens, text.usage.completion_tokens) == (8, 5)
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_a_chunk_event_is_the_text_pydantic_writes_for_the_chunk(chat: bool) -> None:
+    """Streamed chunks without logprobs are written directly, one per piece: the same bytes as
+    ``chunk(...).model_dump_json(exclude_unset=True)`` in a server-sent event."""
+    env = Envelope('m"é', chat, "x-1", 5)
+    texts = ['hi"\n\t\x01é\u2028😀\\', ""]
+    for text, reason, first, index in itertools.product(
+        texts, [None, "stop", "length", "abort"], [True, False], [0, 3]
+    ):
+        made = chunk(env, text, reason, first=first, index=index)
+        expected = f"data: {made.model_dump_json(exclude_unset=True)}\n\n"
+        assert chunk_event(env.frame(), chat, text, reason, first, index) == expected

@@ -5,6 +5,7 @@ vLLM backend: requests in flight run to their end and their final responses go o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import os
@@ -71,6 +72,15 @@ def engine_args(version_dir: Path) -> dict[str, Any]:
     return args
 
 
+def without_unknown_stream_interval(config: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """``config`` without ``stream_interval`` where this vLLM's engine arguments (``known``) have
+    none (older releases): the builder writes it, and the responses then come one per token."""
+    if "stream_interval" in config and "stream_interval" not in known:
+        pb_utils.Logger.log_warn("vllm_engine: this vLLM has no stream_interval: one response per token")
+        return {k: v for k, v in config.items() if k != "stream_interval"}
+    return config
+
+
 def config_parameter(config: dict[str, Any], name: str, default: str) -> str:
     value = config.get("parameters", {}).get(name, {}).get("string_value", "")
     return str(value) if value else default
@@ -111,7 +121,8 @@ class EngineLifecycle(Sending):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = lane_engine_args(self.engine_config, lane.rule)
+        known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        config = without_unknown_stream_interval(lane_engine_args(self.engine_config, lane.rule), known)
         factory = stat_logger_factory(lane.metrics)
         previous = os.environ.get(OMP_BIND)
         if lane.rule.cpus:  # read when the engine core process starts

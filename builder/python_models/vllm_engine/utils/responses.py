@@ -30,7 +30,8 @@ try:  # only present inside tritonserver
 except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
-WATCH_PERIOD = 0.05  # seconds between cancellation checks (on the sending thread)
+WATCH_PERIOD = 0.05  # seconds between cancellation checks of a request without streamed responses
+STALL_PERIOD = 0.5  # seconds after which a streamed request whose responses stopped is asked again
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Job:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     task: Any = None  # the asyncio task generating it, set on the event loop
     done: bool = False
+    asked: float = 0.0  # when the sending thread last asked is_cancelled() (time.monotonic())
+    streaming: bool = False  # a streamed (not final) response went out: asked after each one
     n: int = 1  # completions (sampling_parameters.n)
     lora: Any = None  # vLLM's LoRARequest (None: the base model)
     last: dict[int, Any] = field(default_factory=dict)  # n > 1, streamed: each completion's last piece

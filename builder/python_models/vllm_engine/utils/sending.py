@@ -1,6 +1,12 @@
 """The sending thread: every response goes out through it, so the engine's event loop never waits
 on the server. It alone asks ``is_cancelled()``, and only of requests whose final response it has
-not sent (python_backend frees a sender with its final response)."""
+not sent (python_backend frees a sender with its final response).
+
+Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
+response the thread sends, as Triton's vLLM backend asks before each, though at most once a
+WATCH_PERIOD: the asking follows the responses (fewer with the engine's ``stream_interval``), never
+more often than a clock would. A request without one yet (waiting, in its prefill, or not streamed)
+is asked every WATCH_PERIOD, and a streamed request whose responses stopped every STALL_PERIOD."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import traceback
 from typing import Any
 
 from .health import Health
-from .responses import WATCH_PERIOD, Job
+from .responses import STALL_PERIOD, WATCH_PERIOD, Job
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -35,10 +41,10 @@ class Sending(Health):
     # -- threads --
 
     def _send_loop(self) -> None:
-        """Send every response; every WATCH_PERIOD, ask the requests not finished yet whether they
-        were cancelled, and check that the engines live. Only this thread uses a sender once
-        execute() returned, and never after sending its final response, so none is used after
-        python_backend has freed it. An error in one step is logged and the loop goes on."""
+        """Send every response; every WATCH_PERIOD, ask the requests that got no streamed response
+        lately whether they were cancelled, and check that the engines live. Only this thread uses
+        a sender once execute() returned, and never after sending its final response, so none is
+        used after python_backend has freed it. An error in one step is logged and the loop goes on."""
         watched: dict[str, Job] = {}  # admitted, final response not sent yet: this thread's own
         next_check = time.monotonic() + WATCH_PERIOD
         while True:
@@ -63,6 +69,7 @@ class Sending(Health):
         job, reply, flags = item
         if reply is None:
             watched[job.id] = job
+            job.asked = time.monotonic()
             return
         if flags:
             watched.pop(job.id, None)
@@ -70,15 +77,27 @@ class Sending(Health):
             job.sender.send(reply, flags=flags)
         except Exception as exc:  # the client went away; nothing to answer
             pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+        if not flags and job.id in watched:  # a streamed response: ask, as Triton's backend does,
+            job.streaming = True  # but at most once a WATCH_PERIOD (tokens may come faster)
+            if time.monotonic() - job.asked >= WATCH_PERIOD:
+                self._ask(job, watched)
 
     def _check_cancelled(self, watched: dict[str, Job]) -> None:
+        """Ask the requests without a streamed response yet, and those whose last answer is older
+        than STALL_PERIOD (their responses stopped coming)."""
+        now = time.monotonic()
         for job in list(watched.values()):
-            try:
-                cancelled = job.sender.is_cancelled()
-            except Exception as exc:  # its sender is unusable: stop asking, let it run to its end
-                del watched[job.id]
-                pb_utils.Logger.log_warn(f"vllm_engine: is_cancelled() of {job.id} failed ({exc})")
-                continue
-            if cancelled:
-                del watched[job.id]  # its final response (CANCELLED) is still to come
-                self.loop.call_soon_threadsafe(job.task.cancel)
+            if not job.streaming or now - job.asked >= STALL_PERIOD:
+                self._ask(job, watched)
+
+    def _ask(self, job: Job, watched: dict[str, Job]) -> None:
+        job.asked = time.monotonic()
+        try:
+            cancelled = job.sender.is_cancelled()
+        except Exception as exc:  # its sender is unusable: stop asking, let it run to its end
+            del watched[job.id]
+            pb_utils.Logger.log_warn(f"vllm_engine: is_cancelled() of {job.id} failed ({exc})")
+            return
+        if cancelled:
+            del watched[job.id]  # its final response (CANCELLED) is still to come
+            self.loop.call_soon_threadsafe(job.task.cancel)

@@ -1,0 +1,270 @@
+"""CPU per streamed token of the serving processes, side by side in one run at 16 streams: vLLM's
+own OpenAI server, the project's OpenAI path (client -> ``python -m builder.openai_frontend`` ->
+gRPC -> tritonserver -> the ``vllm_engine`` stub -> its engine core) and the project's gRPC path
+(perf_analyzer's gRPC stream -> tritonserver -> stub -> engine core).
+
+Every server is up at once with ``bench.llm``'s checkpoint, dtype and engine settings; each round
+loads each side once (perf_analyzer, 16 streams, 64 new tokens, ``ignore_eos``, greedy, the same
+prompts; ``/v1/completions`` on both OpenAI servers), in an order rotated from round to round. A
+side's CPU is read from ``/proc/<pid>/stat`` (user + system) of its processes before and after its
+run, and divided by the tokens it generated (requests x 64). ``serving`` is every process but the
+engine core: vLLM's API server; the endpoint, tritonserver and the stub (the gRPC path: tritonserver
+and the stub). The engine core (the model's forward passes and the scheduler) is counted apart, as
+``engine``. A side's figure is its rounds' CPU over their tokens.
+
+    python -m bench.llm_openai_cpu [--rounds N] [--model-json KEY=VALUE ...] [--key KEY] [--out FILE]
+
+``--model-json``: engine arguments added to the project's model's ``model.json`` (JSON values), for
+trying a setting; the record says which. Under ``bench.run`` (``make bench``) it writes
+``bench/results/llm_openai_cpu.json`` with the summary row; run alone, the record goes to
+``runs.<KEY>`` of ``bench/results/llm_openai_cpu_runs.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import llm
+from bench.common import Row, cpu_seconds, machine
+from builder.estimate.rss import children
+from clients.perf.llm import LLMLoad, run_llm_perf
+from clients.perf.llm_prompts import Prompt, load_chats, shape
+
+WORK = llm.RESULTS / "work" / "llm_openai_cpu"
+RUNS = llm.RESULTS / "llm_openai_cpu_runs.json"
+LOAD = LLMLoad(output_tokens=llm.NEW_TOKENS, concurrency=(16,), requests_per_user=3, min_requests=6)
+SIDES = ("vllm", "openai", "grpc")
+WHAT = {
+    "vllm": "vLLM's own OpenAI server (`/v1/completions`)",
+    "openai": "the project's OpenAI endpoint (`/v1/completions`) -> gRPC -> tritonserver -> vllm_engine",
+    "grpc": "the project's gRPC path (perf_analyzer's gRPC stream) -> tritonserver -> vllm_engine",
+}
+ROUNDS = 3
+TARGET = 2.0  # the OpenAI path's serving CPU per token, at most this many times vLLM's
+
+
+@dataclass(frozen=True)
+class Pids:
+    """The processes of every side: vLLM's API server, the endpoint, tritonserver, the stub."""
+
+    vllm: int
+    endpoint: int
+    server: int
+    stub: int
+
+    def serving(self, side: str) -> tuple[int, ...]:
+        return {"vllm": (self.vllm,), "openai": (self.endpoint, self.server, self.stub),
+                "grpc": (self.server, self.stub)}[side]  # fmt: skip
+
+    def engine_root(self, side: str) -> int:
+        """The process whose descendants are the side's engine core."""
+        return self.vllm if side == "vllm" else self.stub
+
+
+def _cpu(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except (OSError, IndexError):  # gone
+        return 0.0
+
+
+def cpu_of(pids: Sequence[int]) -> dict[int, float]:
+    return {pid: _cpu(pid) for pid in pids}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One side's run: its tokens and the CPU seconds of its processes."""
+
+    tokens: int
+    tokens_per_s: float
+    serving_s: dict[str, float]  # per process role
+    engine_s: float
+    wall_s: float
+
+    @property
+    def serving_us_per_token(self) -> float:
+        return 1e6 * sum(self.serving_s.values()) / self.tokens
+
+
+ROLES = {"vllm": ("api_server",), "openai": ("endpoint", "tritonserver", "stub"),
+         "grpc": ("tritonserver", "stub")}  # fmt: skip
+
+
+def measure_side(
+    side: str, pids: Pids, urls: Mapping[str, str], prompts: list[Prompt], folder: Path
+) -> Reading:
+    serving = pids.serving(side)
+    engine = children(pids.engine_root(side))
+    before, engine_before, start = cpu_of(serving), sum(cpu_of(engine).values()), time.perf_counter()
+    kind = "triton" if side == "grpc" else "openai"
+    report = run_llm_perf(urls[side], llm.MODEL, prompts, LOAD, out_dir=folder, service_kind=kind)
+    after, engine_after, wall = cpu_of(serving), sum(cpu_of(engine).values()), time.perf_counter() - start
+    point = llm.point(report, 16)
+    tokens = int(point["requests"]) * LOAD.output_tokens  # ignore_eos: every request makes them all
+    used = {role: round(after[p] - before[p], 3) for role, p in zip(ROLES[side], serving, strict=True)}
+    return Reading(tokens, round(float(point["output_tokens_per_s"]), 1), used,
+                   round(engine_after - engine_before, 3), round(wall, 2))  # fmt: skip
+
+
+def stub_pid(server_pid: int) -> int:
+    from bench.common import stub_of
+
+    found = [pid for pid in children(server_pid) if stub_of(pid, llm.MODEL)]
+    if not found:
+        raise RuntimeError(f"no stub of model '{llm.MODEL}' under tritonserver {server_pid}")
+    return found[0]
+
+
+def write_repo(repo: Path, checkpoint: Path, extra: Mapping[str, Any]) -> None:
+    """The zoo's LLM as ``bench.llm`` serves it, ``extra`` added to its model.json."""
+    import shutil
+
+    from builder.llm.serving import ENGINE_ARGS_FILE, EngineArgs, ServingSettings, write_local_model
+
+    shutil.rmtree(repo, ignore_errors=True)
+    engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)
+    version = write_local_model(repo / llm.MODEL, engine, ServingSettings(max_waiting=64))
+    if extra:
+        path = version / ENGINE_ARGS_FILE
+        path.write_text(json.dumps({**json.loads(path.read_text()), **extra}, indent=2) + "\n")
+
+
+@contextmanager
+def servers(checkpoint: Path, extra: Mapping[str, Any]) -> Iterator[tuple[Pids, dict[str, str]]]:
+    """tritonserver with the model, the OpenAI endpoint in its own process, vLLM's own server."""
+    from bench.openai_endpoint import start_endpoint
+    from builder.server import TritonServer, find_free_port
+
+    write_repo(WORK / "repo", checkpoint, extra)
+    server = TritonServer(WORK / "repo", log_path=WORK / "server.log")
+    server.start(timeout=llm.START_TIMEOUT)
+    try:
+        port = find_free_port()
+        endpoint = start_endpoint(server.grpc_url, port)
+        try:
+            with llm.vllm_openai(checkpoint) as vllm:
+                pids = Pids(vllm.pid, endpoint.pid, server.pid, stub_pid(server.pid))
+                yield pids, {"vllm": vllm.url, "openai": f"127.0.0.1:{port}", "grpc": server.grpc_url}
+        finally:
+            endpoint.terminate()
+            endpoint.wait(10)
+    finally:
+        server.stop()
+
+
+def measure(checkpoint: Path, rounds: int, extra: Mapping[str, Any]) -> dict[str, list[Reading]]:
+    prompts = shape(load_chats(llm.ROOT / "calibration" / llm.MODEL / "perf.json"), checkpoint, None)
+    done: dict[str, list[Reading]] = {side: [] for side in SIDES}
+    with servers(checkpoint, extra) as (pids, urls):
+        for r in range(rounds):
+            for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:
+                got = measure_side(side, pids, urls, prompts, WORK / side / f"round{r + 1}")
+                done[side].append(got)
+                print(f"round {r + 1} {side}: {got.serving_us_per_token:.0f} us/token serving, "
+                      f"{got.tokens_per_s} tokens/s, {asdict(got)}", flush=True)  # fmt: skip
+    return done
+
+
+def summary(done: Mapping[str, list[Reading]]) -> dict[str, Any]:
+    """Per side: CPU µs per token from the rounds' sums, per role, the engine core apart."""
+    out: dict[str, Any] = {}
+    for side, readings in done.items():
+        tokens = sum(r.tokens for r in readings)
+        roles = {
+            role: round(1e6 * sum(r.serving_s[role] for r in readings) / tokens, 1) for role in ROLES[side]
+        }
+        out[side] = {
+            "what": WHAT[side], "tokens": tokens,
+            "serving_us_per_token": round(sum(roles.values()), 1),
+            "round_serving_us_per_token": [round(r.serving_us_per_token, 1) for r in readings],
+            "by_process_us_per_token": roles,
+            "engine_core_us_per_token": round(1e6 * sum(r.engine_s for r in readings) / tokens, 1),
+            "round_tokens_per_s": [r.tokens_per_s for r in readings],
+        }  # fmt: skip
+    base = out["vllm"]["serving_us_per_token"]
+    for side in out:
+        out[side]["vs_vllm"] = round(out[side]["serving_us_per_token"] / base, 2)
+    return out
+
+
+def rows(sides: Mapping[str, Any]) -> list[Row]:
+    o, v, g = sides["openai"], sides["vllm"], sides["grpc"]
+    ratio = o["serving_us_per_token"] / v["serving_us_per_token"]
+    return [Row(
+        "LLM OpenAI path: serving CPU per streamed token at 16 streams, / vLLM's own server",
+        f"{ratio:.2f}x ({o['serving_us_per_token']:.0f} / {v['serving_us_per_token']:.0f} µs; "
+        f"gRPC path {g['serving_us_per_token']:.0f} µs)",
+        f"<= {TARGET:g}x", ratio <= TARGET,
+    )]  # fmt: skip
+
+
+def record(
+    info: Mapping[str, Any], done: Mapping[str, list[Reading]], rounds: int, extra: Mapping[str, Any],
+    started: float,
+) -> dict[str, Any]:  # fmt: skip
+    """``info``: bench.common.machine() when the measurement began (its date and load average)."""
+    from builder.llm.serving import STREAM_INTERVAL
+
+    interval = extra.get("stream_interval", STREAM_INTERVAL)  # the project's model's; vLLM's server: 1
+    return {**info, "engine": llm.ENGINE, "stream_interval": interval, "model_json_extra": dict(extra),
+            "dtype_reason": llm.DTYPE_REASON[0] if llm.DTYPE_REASON else None, "load": asdict(LOAD),
+            "ignore_eos": True, "rounds": rounds, "minutes": round((time.monotonic() - started) / 60, 1),
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()], "sides": summary(done)}  # fmt: skip
+
+
+def run(opts: Any) -> tuple[dict[str, Any], list[Row]]:
+    """bench.run's entry: the record and the summary row (one 'skipped' row without vLLM)."""
+    reason = llm.skipped()
+    if reason:
+        return {"skipped": reason}, [Row("LLM OpenAI path: CPU per token", f"skipped: {reason}", "-", None)]
+    checkpoint = llm.checkpoint()
+    info, started = machine(), time.monotonic()
+    rec = record(info, measure(checkpoint, ROUNDS, {}), ROUNDS, {}, started)
+    return rec, rows(rec["sides"])
+
+
+def model_json_arg(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-json {text}: write KEY=VALUE (VALUE as JSON)")
+    return key, json.loads(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.llm_openai_cpu", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--model-json", type=model_json_arg, action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--key", default="latest")
+    ap.add_argument("--what", default="", help="what this run measured (kept in the record)")
+    ap.add_argument("--out", type=Path, default=RUNS)
+    opts = ap.parse_args(argv)
+    reason = llm.skipped()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 2
+    checkpoint, extra = llm.checkpoint(), dict(opts.model_json)
+    WORK.mkdir(parents=True, exist_ok=True)
+    info, started = machine(), time.monotonic()
+    done = measure(checkpoint, opts.rounds, extra)
+    rec = {"what": opts.what, **record(info, done, opts.rounds, extra, started)}
+    data = json.loads(opts.out.read_text()) if opts.out.is_file() else {}
+    data.setdefault("runs", {})[opts.key] = rec
+    opts.out.write_text(json.dumps(data, indent=1) + "\n")
+    for row in rows(rec["sides"]):
+        print(" | ".join(row.cells()))
+    print(json.dumps(rec["sides"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
