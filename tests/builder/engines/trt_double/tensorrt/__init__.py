@@ -530,7 +530,9 @@ class ICudaEngine:
         graph = onnx.load(plan["onnx"], load_external_data=False).graph
         self._io = [(name, TensorIOMode.INPUT) for name in plan["inputs"]]
         self._io += [(o.name, TensorIOMode.OUTPUT) for o in graph.output]
-        self._types = {v.name: _ONNX_TYPES[v.type.tensor_type.elem_type] for v in [*graph.input, *graph.output]}
+        self._types = {
+            v.name: _ONNX_TYPES[v.type.tensor_type.elem_type] for v in [*graph.input, *graph.output]
+        }
         self._shapes = {v.name: _dims(v) for v in [*graph.input, *graph.output]}
         self._session: Any = None
 
