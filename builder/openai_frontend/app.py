@@ -37,6 +37,7 @@ from .protocol import (
 from .responses import Envelope, Tagged, Tally, choices, chunk, chunk_event, usage_chunk, whole
 
 T = TypeVar("T")
+CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; nobody reads it
 
 
 @dataclass(frozen=True)
@@ -114,21 +115,55 @@ async def _answer(request: Request, call: Call, chat: bool) -> Response:
         for i in range(len(call.prompts))
     ]
     env = Envelope.new(call.model or llm.name, chat)  # an adapter's answers carry its name, as vLLM's do
+    if not call.stream:
+        try:
+            return await _unless_gone(request, _whole(env, call, streams))
+        finally:
+            await _close(streams)
     # The first responses decide the status: a refusal or a bad request is an error, not a stream.
     try:
         firsts = await _all([_first(s) for s in streams])
-        if not call.stream:
-            rests = await _all([_rest(s) for s in streams])
-            tagged = [
-                (i, p) for i, (f, r) in enumerate(zip(firsts, rests, strict=True)) for p in (f, *r) if p
-            ]
-            return _json(whole(env, tagged, call.n, _echoed(call), call.top_logprobs))
     except BaseException:
-        for stream in streams:
-            await stream.aclose()
+        await _close(streams)
         raise
     return StreamingResponse(_events(env, call, _merged(firsts, streams)), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+async def _whole(env: Envelope, call: Call, streams: Sequence[AsyncGenerator[Piece, None]]) -> Response:
+    firsts = await _all([_first(s) for s in streams])
+    rests = await _all([_rest(s) for s in streams])
+    tagged = [(i, p) for i, (f, r) in enumerate(zip(firsts, rests, strict=True)) for p in (f, *r) if p]
+    return _json(whole(env, tagged, call.n, _echoed(call), call.top_logprobs))
+
+
+async def _close(streams: Sequence[AsyncGenerator[Piece, None]]) -> None:
+    """Close each stream: one still open cancels its request on the server."""
+    for stream in streams:
+        await stream.aclose()
+
+
+async def _unless_gone(request: Request, answer: Coroutine[Any, Any, Response]) -> Response:
+    """``answer``, or, when the client disconnects first, nothing: the answer is cancelled, which
+    cancels its gRPC calls, and the model stops generating (vLLM's server does the same,
+    ``with_cancellation``). A streamed answer needs none of this: Starlette ends it on a disconnect."""
+    work = asyncio.ensure_future(answer)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not work.done():
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return Response(status_code=CLIENT_CLOSED)
+    return work.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the body was read already, so only a disconnect comes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _echoed(call: Call) -> tuple[str, ...]:

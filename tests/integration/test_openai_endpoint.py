@@ -4,7 +4,11 @@ real tritonserver (the session's shared LLM server, one endpoint for the module)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import socket
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -14,7 +18,8 @@ from openai.types.chat import ChatCompletionTokenLogprob
 from builder.openai_frontend.app import Settings
 from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
-from tests.integration.fixtures.llm_repo import MODEL
+from clients.perf.metrics import metric_key, samples
+from tests.integration.fixtures.llm_repo import MODEL, SHARED_MAX_MODEL_LEN
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +27,7 @@ KEY = "test-key-0123456789"
 MAX_BODY = 64 * 1024
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The capital of France is"
+ITL_COUNT = "vllm:time_per_output_token_seconds_count"  # one per output token after a request's first
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +333,46 @@ def test_without_max_tokens_the_answer_is_not_cut_at_16_tokens(client: openai.Op
     reply = client.completions.create(model=MODEL, prompt="1, 2, 3, 4, 5,", temperature=0, stop=["19"])
     assert reply.choices[0].finish_reason == "stop", reply.choices[0].text
     assert reply.usage is not None and reply.usage.completion_tokens > 16
+
+
+def test_a_whole_answer_whose_client_left_stops_generating(
+    triton: TritonServer, endpoint: OpenAIServer, client: openai.OpenAI
+) -> None:
+    """A non-streamed request is cancelled when its client disconnects, as vLLM's server does: the
+    engine stops it, counted in tokens, not timed. Ordered by control: the client leaves once the
+    engine has made the request's first tokens; the engine is then polled until it is empty."""
+    asked = SHARED_MAX_MODEL_LEN - 32
+    before = _engine_metric(triton, ITL_COUNT)
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": asked, "ignore_eos": True}).encode()
+    address = urlsplit(endpoint.url)
+    with socket.create_connection((address.hostname, address.port), timeout=60) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _until(lambda: _engine_metric(triton, ITL_COUNT) > before, "the request's tokens coming")
+    # The engine's gauges move only when it steps: each poll sends a one-token request first.
+    _until(
+        lambda: (
+            client.completions.create(model=MODEL, prompt="Hi", max_tokens=1) is not None
+            and _engine_metric(triton, "vllm:num_requests_running") == 0
+        ),
+        "the engine empty",
+    )
+    made = _engine_metric(triton, ITL_COUNT) - before
+    assert made < asked / 2, f"{made:.0f} of {asked} tokens made after the client left"
+
+
+def _engine_metric(server: TritonServer, name: str) -> float:
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    values = [s.value for s in samples(text) if s.name == metric_key(name) and s.labels]
+    assert values, f"metric {name} missing"
+    return values[0]
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached in {timeout:.0f} s: {what}"
+        time.sleep(0.05)
