@@ -66,6 +66,7 @@ def cache_farm(cache: Path, folder: Path) -> None:
     later run finds them fresh, as a restarted container does: the first run builds and
     verifies every plan, later ones prove the command and the install."""
     engines = cache / "stage-engines"
+    folder.mkdir(parents=True, exist_ok=True)
     for model in (p for p in cache.iterdir() if p.is_dir() and p.name not in OWN):
         (folder / model.name).mkdir(parents=True, exist_ok=True)
         for stage in (p for p in model.iterdir() if p.is_dir() and p.name != "engines"):
