@@ -27,7 +27,10 @@ beside the server's, the long lanes run on the default engine at a lower priorit
 The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills the sampling values a
 request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 Unloading drains, as Triton's vLLM backend does: requests in flight run to their end and their final
-responses go out before the engines stop. A helper thread that meets an error logs it and goes on;
+responses go out before the engines stop. Triton unloads the model only once no request's sender is
+left (python_backend frees the response factory, which holds the model, with it): the sending thread
+drops each with its final response and, once nothing is in flight, collects the cycles that hold some.
+A helper thread that meets an error logs it and goes on;
 one that dies, or an engine whose core process died, makes the model answer UNAVAILABLE, and with
 the config parameter ``ENABLE_VLLM_HEALTH_CHECK`` (that backend's) unload itself, so that it stops
 being READY (a model can unload itself only under explicit model control).

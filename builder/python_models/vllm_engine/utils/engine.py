@@ -151,6 +151,7 @@ class EngineLifecycle(Sending):
             lane.metrics.close()
         gc.collect()
         self.families = None  # after their metrics
+        pb_utils.Logger.log_info("vllm_engine: engines stopped")
 
     def _drain(self) -> None:
         """Wait for the requests in flight; cancel them only when nothing can finish them (the

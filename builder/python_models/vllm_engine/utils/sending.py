@@ -10,6 +10,7 @@ is asked every WATCH_PERIOD, and a streamed request whose responses stopped ever
 
 from __future__ import annotations
 
+import gc
 import queue
 import time
 import traceback
@@ -58,6 +59,7 @@ class Sending(Health):
             try:
                 if item:
                     self._handle(item, watched)
+                item = ()  # nothing of the last request kept while waiting for the next
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + WATCH_PERIOD
                     self._check_cancelled(watched)
@@ -77,10 +79,23 @@ class Sending(Health):
             job.sender.send(reply, flags=flags)
         except Exception as exc:  # the client went away; nothing to answer
             pb_utils.Logger.log_warn(f"vllm_engine: response to {job.id} not sent ({exc})")
+        finally:
+            if flags:
+                self._release(job)
         if not flags and job.id in watched:  # a streamed response: ask, as Triton's backend does,
             job.streaming = True  # but at most once a WATCH_PERIOD (tokens may come faster)
             if time.monotonic() - job.asked >= WATCH_PERIOD:
                 self._ask(job, watched)
+
+    def _release(self, job: Job) -> None:
+        """Drop the job's sender once its final response went out. python_backend frees a request's
+        response factory, which holds the model, only with its sender: one kept alive keeps Triton
+        from unloading the model, so a stop waits out the exit timeout and finalize() never runs.
+        Requests and tasks in reference cycles hold theirs too: as Triton's vLLM backend does, a
+        collection once nothing is in flight frees them (a pause only when idle)."""
+        job.sender = None
+        if not self.jobs:
+            gc.collect()
 
     def _check_cancelled(self, watched: dict[str, Job]) -> None:
         """Ask the requests without a streamed response yet, and those whose last answer is older
