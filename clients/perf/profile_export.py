@@ -39,9 +39,11 @@ class StreamedRequest:
 
     @property
     def itl_s(self) -> list[float]:
-        """Gaps between consecutive responses (one engine step each)."""
-        stamps = self.response_ns
-        return [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
+        """The latency of each token after the first: a response carrying k tokens (an engine with
+        ``stream_interval`` k) stands for k tokens, each taking 1/k of the gap since the response
+        before; a response without tokens (an empty final one) stands for none."""
+        pairs = itertools.pairwise(zip(self.response_ns, self.tokens, strict=True))
+        return [(b - a) / k / 1e9 for (a, _), (b, k) in pairs for _ in range(k)]
 
     @property
     def output_tokens(self) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builder.llm.serving import STREAM_INTERVAL
 from clients.perf import llm_metrics, profile_export
 from clients.perf.errors import PerfError
 from clients.perf.inputs import _from_config
@@ -62,6 +63,13 @@ def test_statistics_match_numpy_on_the_recorded_export() -> None:
     assert stats.output_tokens == 32 and stats.output_tokens_per_s == pytest.approx(32 / span)
     assert stats.requests_per_s == pytest.approx(4 / span)
     assert 0 < stats.ttft_ms_p50 <= stats.ttft_ms_p99 <= stats.latency_ms_p99
+
+
+def test_a_response_carrying_several_tokens_gives_each_its_share_of_the_gap() -> None:
+    ms = 1_000_000
+    coalesced = StreamedRequest(0, (10 * ms, 90 * ms, 120 * ms, 125 * ms), (1, 8, 3, 0))
+    assert coalesced.itl_s == pytest.approx([0.010] * 11)  # the empty final response: no token
+    assert coalesced.output_tokens == 12 and coalesced.latency_s == pytest.approx(0.125)
 
 
 def test_a_request_whose_responses_came_in_one_bunch_is_counted_and_reported() -> None:
@@ -171,8 +179,9 @@ def llm_server(llm_triton):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.integration
-def test_one_token_per_streamed_response_with_ignore_eos(llm_server) -> None:  # type: ignore[no-untyped-def]
-    """What the token count of the LLM mode rests on, checked with a direct tritonclient stream."""
+def test_each_streamed_response_counts_its_tokens_with_ignore_eos(llm_server) -> None:  # type: ignore[no-untyped-def]
+    """What the token count of the LLM mode rests on, checked with a direct tritonclient stream: the
+    first token alone, then a response every STREAM_INTERVAL tokens, each with its own count."""
     import queue
 
     import tritonclient.grpc as grpcclient
@@ -201,7 +210,8 @@ def test_one_token_per_streamed_response_with_ignore_eos(llm_server) -> None:  #
             break
     client.stop_stream()
     client.close()
-    assert counts == [1] * 12
+    full, left = divmod(12 - 1, STREAM_INTERVAL)
+    assert counts == [1] + [STREAM_INTERVAL] * full + ([left] if left else [])
 
 
 @pytest.mark.integration
@@ -227,7 +237,8 @@ def test_the_llm_mode_against_the_real_server(llm_server, tmp_path: Path) -> Non
         assert s.ttft_ms_mean > 0 and s.tpot_ms_mean > 0
     export = tmp_path / "raw" / "smollm2_llm_concurrency_4.profile.json"
     for request in profile_export.load(export)[0].requests:
-        assert request.ttft_s <= request.latency_s and len(request.response_ns) == 8
+        assert request.ttft_s <= request.latency_s and request.tokens[0] == 1 and sum(request.tokens) == 8
+        assert len(request.response_ns) == 1 + math.ceil(7 / STREAM_INTERVAL)
     assert all(Path(f).is_file() for f in report.files.values())
 
 
