@@ -1,16 +1,19 @@
-"""The local LLM model unloads when the server stops, in the real tritonserver: after streamed,
-whole, cancelled and refused requests, SIGTERM unloads the model (its finalize runs, the engine
-stops) and the server exits on its own, without waiting out its exit timeout.
+"""No vLLM engine outlives the model's stub, in the real tritonserver: after refused, cancelled,
+whole and streamed requests over HTTP and gRPC, the model's stub dies without finalize (SIGKILL
+here; after tritonserver's exit timeout, the stub exits on its own), and the engine core processes
+it started go within seconds.
 
-Triton unloads a model only once nothing holds it: python_backend frees a request's response
-factory, which holds the model, with the request's sender, so a sender kept after its final
-response, or held in a reference cycle (seen after gRPC requests), keeps the model loaded until the
-timeout expires and the server kills what is left: the engine core then outlives the stub.
-The module has a server of its own: stopping it is what the test checks.
+vLLM's engine core does not watch its parent: without the model's watcher (utils/orphans.py) it
+lives on, reparented, with the model's memory. The same happens when the stub dies after Triton's
+exit timeout expired with the model still loaded (Triton's gRPC and HTTP frontends sometimes hold
+a model after its requests ended: Triton's own vLLM backend meets it too, server issue 7626).
+The module has a server of its own: killing it is what the test does.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from contextlib import closing
 from pathlib import Path
@@ -22,26 +25,22 @@ from builder.server import TritonServer
 from clients.errors import TritonClientError
 from clients.generator import Generator
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
+from tests.integration.fixtures.processes import children, engine_core, stub
 
 pytestmark = pytest.mark.integration
 
-EXIT_TIMEOUT_S = 20
-TIMEOUT_EXPIRED = "Exit timeout expired"  # tritonserver's line when models are still loaded
-FINALIZED = "vllm_engine: engines stopped"  # the model's last line in finalize()
+GONE_WITHIN_S = 10  # the watcher looks for its stub every 0.5 s
 
 
-def test_the_model_unloads_and_the_server_exits_on_its_own_after_every_kind_of_request(
-    tmp_path: Path,
-) -> None:
+def test_the_engine_dies_with_its_stub_after_every_kind_of_request(tmp_path: Path) -> None:
     engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4)
     version = write_local_model(tmp_path / "repo" / MODEL, engine, ServingSettings())
     (version / "checkpoint").symlink_to(checkpoint())
-    log = tmp_path / "server.log"
-    server = TritonServer(tmp_path / "repo", log_path=log, exit_timeout_s=EXIT_TIMEOUT_S)
+    server = TritonServer(tmp_path / "repo", log_path=tmp_path / "server.log", exit_timeout_s=15)
     server.start(timeout=START_TIMEOUT)
     try:
-        for protocol in ("http", "grpc"):
-            with Generator(server.grpc_url if protocol == "grpc" else server.http_url, MODEL) as gen:
+        for url in (server.http_url, server.grpc_url):
+            with Generator(url, MODEL) as gen:
                 with pytest.raises(TritonClientError):
                     gen.generate("x " * 600, max_tokens=8)  # longer than the model: refused
                 long = gen.stream("Count to a thousand:", max_tokens=400, ignore_eos=True)
@@ -49,10 +48,24 @@ def test_the_model_unloads_and_the_server_exits_on_its_own_after_every_kind_of_r
                     next(long), next(long)
                 assert gen.generate("The capital of France is", max_tokens=8).text
                 assert "".join(gen.stream("Count: one, two,", max_tokens=8))
+        assert server.pid is not None
+        core, model_stub = engine_core(server.pid), stub(server.pid, MODEL)
+        under = set(children(model_stub))
+        os.kill(model_stub, signal.SIGKILL)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while _alive(core) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(core), f"vLLM's engine core {core} outlived its stub by {GONE_WITHIN_S} s"
+        left = sorted(pid for pid in under if _alive(pid))
+        assert left == [], f"processes of the killed stub still running: {left}"
     finally:
-        started = time.monotonic()
-        server.stop(timeout=EXIT_TIMEOUT_S + 30)
-        took = time.monotonic() - started
-    text = log.read_text(encoding="utf-8", errors="replace")
-    assert TIMEOUT_EXPIRED not in text, f"the model stayed loaded ({took:.0f} s to stop; see {log})"
-    assert FINALIZED in text, f"finalize() did not run to its end (see {log})"
+        server.stop()  # kills what is left of the server's process group
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

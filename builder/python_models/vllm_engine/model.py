@@ -28,8 +28,9 @@ The config parameter ``sampling_defaults`` (models.yaml's ``sampling:``) fills t
 request leaves out or sends as null; without it vLLM's own defaults apply (``max_tokens`` 16).
 Unloading drains, as Triton's vLLM backend does: requests in flight run to their end and their final
 responses go out before the engines stop. Triton unloads the model only once no request's sender is
-left (python_backend frees the response factory, which holds the model, with it): the sending thread
-drops each with its final response and, once nothing is in flight, collects the cycles that hold some.
+left (an older python_backend frees the response factory, which holds the model, with it): the sending thread
+drops each with its final response. Should the stub die without finalize() all the same, a watcher
+process kills the engines' processes (``orphans``).
 A helper thread that meets an error logs it and goes on;
 one that dies, or an engine whose core process died, makes the model answer UNAVAILABLE, and with
 the config parameter ``ENABLE_VLLM_HEALTH_CHECK`` (that backend's) unload itself, so that it stops
@@ -73,6 +74,7 @@ from .utils.engine import EngineLifecycle, config_parameter, engine_args, yield_
 from .utils.lanes import Lane, LaneRule, parse_lanes, place_lanes, placement_note, route
 from .utils.lora import check_lora_names, choose_adapter, lora_request, parse_multi_lora
 from .utils.metrics import Metrics, metric_families
+from .utils.orphans import watch_engines
 from .utils.requests import (
     BadRequest,
     Parsed,
@@ -132,6 +134,7 @@ class TritonPythonModel(EngineLifecycle):
         ]
         for thread in self.threads:
             thread.start()
+        self.watcher = watch_engines()  # kills the engines if this process dies without finalize()
         yield_to_engines()
 
     def _lane(self, rule: LaneRule, waiting: str, labels: dict[str, str]) -> Lane:

@@ -151,6 +151,9 @@ class EngineLifecycle(Sending):
             lane.metrics.close()
         gc.collect()
         self.families = None  # after their metrics
+        if self.watcher is not None:  # the engines are gone: nothing left to watch
+            self.watcher.kill()
+            self.watcher.wait()
         pb_utils.Logger.log_info("vllm_engine: engines stopped")
 
     def _drain(self) -> None:

@@ -1,6 +1,6 @@
 """The sending thread: every response goes out through it, so the engine's event loop never waits
 on the server. It alone asks ``is_cancelled()``, and only of requests whose final response it has
-not sent (python_backend frees a sender with its final response).
+not sent; it drops each sender with its final response (``_release``).
 
 Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
 response the thread sends, as Triton's vLLM backend asks before each, though at most once a
@@ -10,7 +10,6 @@ is asked every WATCH_PERIOD, and a streamed request whose responses stopped ever
 
 from __future__ import annotations
 
-import gc
 import queue
 import time
 import traceback
@@ -88,14 +87,10 @@ class Sending(Health):
                 self._ask(job, watched)
 
     def _release(self, job: Job) -> None:
-        """Drop the job's sender once its final response went out. python_backend frees a request's
-        response factory, which holds the model, only with its sender: one kept alive keeps Triton
-        from unloading the model, so a stop waits out the exit timeout and finalize() never runs.
-        Requests and tasks in reference cycles hold theirs too: as Triton's vLLM backend does, a
-        collection once nothing is in flight frees them (a pause only when idle)."""
+        """Drop the job's sender once its final response went out, as Triton's vLLM backend does: an
+        older python_backend frees the request's response factory, which holds the model, only with
+        its sender, and one kept alive there keeps Triton from unloading the model."""
         job.sender = None
-        if not self.jobs:
-            gc.collect()
 
     def _check_cancelled(self, watched: dict[str, Job]) -> None:
         """Ask the requests without a streamed response yet, and those whose last answer is older

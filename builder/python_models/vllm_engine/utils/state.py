@@ -28,3 +28,4 @@ class State:
     families: dict[str, Any] | None  # the custom metric families (None: metrics off)
     health_check: bool  # ENABLE_VLLM_HEALTH_CHECK: unload the model when it fails
     failure: str | None  # why the model cannot serve (the engine or a thread died)
+    watcher: Any  # the process that kills the engines should this one die first (None: none)
