@@ -40,10 +40,10 @@ Metrics: those of Triton's vLLM backend (``vllm:prompt_tokens_total``, ``vllm:e2
 (vLLM's own name) and ``tritonforge:requests_refused_total``, on Triton's metrics port.
 This file puts together the parts in ``utils/``, one concern each: request parsing (``requests``,
 ``lora``), lanes and admission (``lanes``), responses and the sending thread (``responses``,
-``sending``), the engines' lifecycle (``engine``), health (``health``) and metrics (``metrics``); the
-names it shares with the builder and the clients are in ``contract.py``. The repository writer
-copies the whole package into the version folder, where they import as siblings. The parsing
-helpers import without Triton or vLLM, so tests call them directly.
+``sending``), the engines' lifecycle (``engine``, ``orphans``), health (``health``) and metrics
+(``metrics``); the names it shares with the builder and the clients are in ``contract.py``. The
+repository writer copies the whole package into the version folder, where they import as siblings.
+The parsing helpers import without Triton or vLLM, so tests call them directly.
 """
 
 from __future__ import annotations
