@@ -2,15 +2,20 @@
 watch it: when the stub dies without finalize() (tritonserver killed, or its exit timeout expired
 while Triton still held the model), they would live on, reparented, with the model's memory.
 
-A watcher, a small process of its own started once the engines are up, waits for the stub to go
+A watcher, this module run as a process of its own once the engines are up, waits for the stub to go
 and then kills the processes it was given: the stub's descendants at that time, each checked by
 its start time so that a reused pid is left alone. finalize() stops the engines, then the watcher."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.spawn
 import os
+import select
+import signal
 import subprocess
+import sys
+import time
 from typing import Any
 
 try:  # only present inside tritonserver
@@ -18,28 +23,7 @@ try:  # only present inside tritonserver
 except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
-POLL_S = 0.5  # how often the watcher looks for its stub
-
-# Runs alone (python -c): the stub's pid, then pid:start-time pairs (start time in clock ticks, the
-# 22nd field of /proc/<pid>/stat).
-WATCHER = f"""
-import os, signal, sys, time
-stub, recorded = int(sys.argv[1]), [a.split(":") for a in sys.argv[2:]]
-def started(pid):
-    try:
-        with open(f"/proc/{{pid}}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except OSError:
-        return None
-while os.getppid() == stub:
-    time.sleep({POLL_S})
-for pid, start in recorded:
-    if started(pid) == start:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-"""
+POLL_S = 0.5  # how often the watcher looks for its stub where the kernel has no pidfd
 
 
 def descendants(pid: int) -> list[int]:
@@ -59,6 +43,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def start_time(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks (the 22nd field of /proc/<pid>/stat); None if gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[19]
@@ -73,9 +58,31 @@ def watch_engines() -> Any:
     if not recorded:
         return None
     python = os.fsdecode(multiprocessing.spawn.get_executable())  # what vLLM's engine core runs on
-    args = [python, "-c", WATCHER, str(os.getpid()), *recorded]
+    args = [python, "-I", __file__, str(os.getpid()), *recorded]  # -I: not beside its siblings
     try:
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, close_fds=True)
     except OSError as exc:  # a safety net: the model serves without it, and says so
         pb_utils.Logger.log_warn(f"vllm_engine: no watcher for the engines' processes ({exc})")
         return None
+
+
+def watch(stub: int, recorded: list[str]) -> None:
+    """The watcher: wait for the stub (this process's parent) to exit, then kill each recorded
+    ``pid:start`` still running with that start time."""
+    try:
+        fd = os.pidfd_open(stub)
+    except OSError:  # no pidfd on this kernel: look for the parent instead
+        while os.getppid() == stub:
+            time.sleep(POLL_S)
+    else:
+        select.select([fd], [], [])  # readable once the stub has exited
+        os.close(fd)
+    for item in recorded:
+        pid, start = item.split(":")
+        if start_time(int(pid)) == start:
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), sys.argv[2:])
