@@ -29,6 +29,7 @@ from builder.python_models import copy_sources, model_sources, package
 from builder.server import TritonServer, find_free_port, tritonserver_command
 from builder.shared_memory import group_members
 from builder.spec import PythonModelSpec
+from tests.integration.fixtures.processes import alive
 
 ROOT = Path(__file__).parents[2]
 bundled = pytest.mark.skipif(shutil.which("tritonserver") is not None, reason="a system tritonserver is used")
@@ -71,14 +72,6 @@ def _proc_address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
         return ipaddress.IPv4Address(raw)
     v6 = ipaddress.IPv6Address(raw)
     return v6.ipv4_mapped or v6
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_find_free_port_is_bindable() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from contextlib import closing
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from builder.server import TritonServer
 from clients.errors import TritonClientError
 from clients.generator import Generator
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
-from tests.integration.fixtures.processes import children, engine_core, stub
+from tests.integration.fixtures.processes import children, engine_core, stub, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -52,20 +51,8 @@ def test_the_engine_dies_with_its_stub_after_every_kind_of_request(tmp_path: Pat
         core, model_stub = engine_core(server.pid), stub(server.pid, MODEL)
         under = set(children(model_stub))
         os.kill(model_stub, signal.SIGKILL)
-        deadline = time.monotonic() + GONE_WITHIN_S
-        while any(_alive(pid) for pid in under) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(core), f"vLLM's engine core {core} outlived its stub by {GONE_WITHIN_S} s"
-        left = sorted(pid for pid in under if _alive(pid))  # the watcher itself among them, gone too
+        left = wait_gone(under, GONE_WITHIN_S)  # the watcher itself among them, gone too
+        assert core not in left, f"vLLM's engine core {core} outlived its stub by {GONE_WITHIN_S} s"
         assert left == [], f"processes of the killed stub still running after {GONE_WITHIN_S} s: {left}"
     finally:
         server.stop()  # kills what is left of the server's process group
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
