@@ -28,12 +28,12 @@ from builder.llm.serving import STREAM_INTERVAL
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
 from clients.generator import AsyncGenerator, Generator, join
-from clients.perf.metrics import metric_key, samples
 from tests.integration.fixtures.llm_repo import (
     MODEL,
     SHARED_MAX_MODEL_LEN,
     SHARED_MAX_NUM_SEQS,
     SHARED_MAX_WAITING,
+    engine_metric,
 )
 from tests.integration.fixtures.processes import children, engine_core, nice, stub
 
@@ -63,13 +63,6 @@ def server(llm_triton: TritonServer) -> TritonServer:
     return llm_triton
 
 
-def _metric(server: TritonServer, name: str) -> float:
-    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
-    values = [s.value for s in samples(text) if s.name == metric_key(name) and s.labels]
-    assert values, f"metric {name} missing"
-    return values[0]
-
-
 async def _until(
     condition: Callable[[], bool], what: str | Callable[[], str], timeout: float = 120.0
 ) -> None:
@@ -93,8 +86,8 @@ async def _until_engine_empty(server: TritonServer, gen: AsyncGenerator, timeout
 
     def empty() -> bool:
         return (
-            _metric(server, "vllm:num_requests_running") == 0
-            and _metric(server, "vllm:num_requests_waiting") == 0
+            engine_metric(server, "vllm:num_requests_running") == 0
+            and engine_metric(server, "vllm:num_requests_waiting") == 0
         )
 
     deadline = time.monotonic() + timeout
@@ -300,13 +293,13 @@ def test_cancelled_requests_free_their_capacity(server: TritonServer, protocol: 
     """BOUND streams, each closed after its first piece: the engine stops them (counted in tokens,
     not timed) and their places take BOUND new requests, none refused."""
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    tokens_before = _metric(server, ITL_COUNT)
+    tokens_before = engine_metric(server, ITL_COUNT)
 
     async def run() -> tuple[list[int], float, list[int]]:
         async with AsyncGenerator(url, MODEL, protocol, timeout=120) as gen:
             started = await asyncio.gather(*[_first_token_then_cancel(gen) for _ in range(BOUND)])
             await _until_engine_empty(server, gen)
-            generated = _metric(server, ITL_COUNT) - tokens_before
+            generated = engine_metric(server, ITL_COUNT) - tokens_before
             done = await asyncio.gather(
                 *[gen.generate("Hello", max_tokens=4, ignore_eos=True) for _ in range(BOUND)]
             )
@@ -316,8 +309,8 @@ def test_cancelled_requests_free_their_capacity(server: TritonServer, protocol: 
     assert started == [1] * BOUND and counts == [4] * BOUND
     # Had the engine gone on with the closed streams, it would have made BOUND x 400 tokens.
     assert generated < BOUND * LONG["max_tokens"] / 4, generated
-    asyncio.run(_until(lambda: _metric(server, "vllm:num_requests_running") == 0, "no request running"))
-    assert _metric(server, "vllm:kv_cache_usage_perc") < 0.05
+    asyncio.run(_until(lambda: engine_metric(server, "vllm:num_requests_running") == 0, "no request running"))
+    assert engine_metric(server, "vllm:kv_cache_usage_perc") < 0.05
 
 
 def test_overload_every_request_completes_or_is_refused_fast(server: TritonServer) -> None:
@@ -367,7 +360,7 @@ def test_overload_every_request_completes_or_is_refused_fast(server: TritonServe
     # after it: a refusal counts as fast when it came within one decoding step of that completion.
     assert refusals[-1] < completions[0] * (1 + 1 / 32), record
     assert server.is_ready()
-    _metric(server, "tritonforge:requests_refused_total")
+    engine_metric(server, "tritonforge:requests_refused_total")
 
 
 def test_priority_reaches_the_engine(server: TritonServer) -> None:
@@ -394,8 +387,8 @@ def test_priority_reaches_the_engine(server: TritonServer) -> None:
     async def gauges_read(running: int, waiting: int) -> None:
         def reached() -> bool:
             return (
-                _metric(server, "vllm:num_requests_running") == running
-                and _metric(server, "vllm:num_requests_waiting") == waiting
+                engine_metric(server, "vllm:num_requests_running") == running
+                and engine_metric(server, "vllm:num_requests_waiting") == waiting
             )
 
         await _until(reached, f"{running} requests running and {waiting} waiting")
@@ -432,7 +425,7 @@ def test_custom_metrics_next_to_tritons_own(server: TritonServer) -> None:
     with Generator(server.grpc_url, MODEL, timeout=120) as gen:
         gen.generate("Hi", max_tokens=2)  # a first token to time, whichever tests ran before
     ttft = "vllm:time_to_first_token_seconds_count"
-    asyncio.run(_until(lambda: _metric(server, ttft) > 0, f"{ttft} above 0"))
+    asyncio.run(_until(lambda: engine_metric(server, ttft) > 0, f"{ttft} above 0"))
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
     assert "nv_inference_request_success" in text
     for name in METRICS:
@@ -448,7 +441,8 @@ def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> N
     histograms = ("vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens", "vllm:request_params_n")
     counts = [f"{h}_count" for h in histograms]
     asyncio.run(_engine_empty(server))  # no earlier request's counts still to come
-    before = {name: _metric(server, name) for name in (*names, *counts, "vllm:request_params_max_tokens_sum")}
+    read = (*names, *counts, "vllm:request_params_max_tokens_sum")
+    before = {name: engine_metric(server, name) for name in read}
     with Generator(server.grpc_url, MODEL, timeout=120) as gen:
         out = gen.generate("Once upon a time", max_tokens=7, ignore_eos=True)
     after = {
@@ -459,10 +453,10 @@ def test_the_vllm_backends_metrics_count_each_request(server: TritonServer) -> N
     }
 
     def read() -> str:
-        found = {n: _metric(server, n) for n in after}
+        found = {n: engine_metric(server, n) for n in after}
         return f"expected {after}, read {found}"
 
-    asyncio.run(_until(lambda: all(_metric(server, n) == v for n, v in after.items()), read))
+    asyncio.run(_until(lambda: all(engine_metric(server, n) == v for n, v in after.items()), read))
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
     for name in names:
         assert f"{name}{labels}" in text, name

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -18,8 +17,7 @@ from openai.types.chat import ChatCompletionTokenLogprob
 from builder.openai_frontend.app import Settings
 from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
-from clients.perf.metrics import metric_key, samples
-from tests.integration.fixtures.llm_repo import MODEL, SHARED_MAX_MODEL_LEN
+from tests.integration.fixtures.llm_repo import MODEL, SHARED_MAX_MODEL_LEN, engine_metric
 
 pytestmark = pytest.mark.integration
 
@@ -342,7 +340,7 @@ def test_a_whole_answer_whose_client_left_stops_generating(
     engine stops it, counted in tokens, not timed. Ordered by control: the client leaves once the
     engine has made the request's first tokens; the engine is then polled until it is empty."""
     asked = SHARED_MAX_MODEL_LEN - 32
-    before = _engine_metric(triton, ITL_COUNT)
+    before = engine_metric(triton, ITL_COUNT)
     body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": asked, "ignore_eos": True}).encode()
     address = urlsplit(endpoint.url)
     with socket.create_connection((address.hostname, address.port), timeout=60) as sock:
@@ -351,24 +349,17 @@ def test_a_whole_answer_whose_client_left_stops_generating(
             + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        _until(lambda: _engine_metric(triton, ITL_COUNT) > before, "the request's tokens coming")
+        _until(lambda: engine_metric(triton, ITL_COUNT) > before, "the request's tokens coming")
     # The engine's gauges move only when it steps: each poll sends a one-token request first.
     _until(
         lambda: (
             client.completions.create(model=MODEL, prompt="Hi", max_tokens=1) is not None
-            and _engine_metric(triton, "vllm:num_requests_running") == 0
+            and engine_metric(triton, "vllm:num_requests_running") == 0
         ),
         "the engine empty",
     )
-    made = _engine_metric(triton, ITL_COUNT) - before
+    made = engine_metric(triton, ITL_COUNT) - before
     assert made < asked / 2, f"{made:.0f} of {asked} tokens made after the client left"
-
-
-def _engine_metric(server: TritonServer, name: str) -> float:
-    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
-    values = [s.value for s in samples(text) if s.name == metric_key(name) and s.labels]
-    assert values, f"metric {name} missing"
-    return values[0]
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
