@@ -4,9 +4,10 @@ The builder stage ran every stage and wrote the repository (its ``manifest.json`
 core model's stage keys, served variant and verification). Here only the plans are built: each
 from the verified ONNX variants those stages left in the stage cache, checked against the
 reference outputs there, then linked into the model's version folder of a copy of the
-repository, which is swapped in. No factory runs, nothing is exported, and the repository's
-other entries stay as they are: an LLM entry moved out to the vLLM image's repository
-(``builder.deploy.llm_repository``) is not put back.
+repository, which is swapped in (in a repository that is a mount point, such as KServe's
+``/mnt/models``, a copy of each changed model, swapped in one by one inside it). No factory
+runs, nothing is exported, and the repository's other entries stay as they are: an LLM entry
+moved out to the vLLM image's repository (``builder.deploy.llm_repository``) is not put back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from typing import Any
 from builder.cache import file_hash, key_of
 from builder.engines.build import EngineInput, EngineSet, build_all
 from builder.errors import UserError
-from builder.publish import clean_leftovers, publish, staging_dir
+from builder.publish import (
+    clean_leftovers,
+    in_place,
+    inner_staging_dir,
+    publish,
+    publish_entries,
+    staging_dir,
+)
 from builder.records import EngineSummary, Log
 from builder.repository import MANIFEST
 from builder.spec import ModelSpec, Precision, Spec
@@ -140,31 +148,47 @@ def build_plans(
 
 def install(built: BuiltRepository, summary: EngineSummary, built_models: list[str]) -> None:
     """A linked copy of the repository with the plans of ``built_models`` replaced (a model
-    without a verified plan now keeps none), swapped in."""
+    without a verified plan now keeps none), swapped in whole; or, in a repository that is a
+    mount point (KServe's ``/mnt/models``) or under a parent this user cannot write, a copy of
+    those models only, swapped in one by one inside it."""
     clean_leftovers(built.path)
-    staging = staging_dir(built.path)
+    inside = in_place(built.path)
+    staging = inner_staging_dir(built.path) if inside else staging_dir(built.path)
     try:
-        shutil.copytree(built.path, staging, copy_function=_link, dirs_exist_ok=True)
-        models = built.models()
-        for name in built_models:
-            plans = summary.plans.get(name, [])
-            version = staging / name / "1"
-            artifacts: dict[str, str] = dict(models[name].get("artifacts", {}))
-            for old in [*version.glob("*.plan"), *version.glob("*.plan.json")]:
-                old.unlink()
-                artifacts.pop(f"{name}/1/{old.name}", None)
-            for plan in plans:
-                for src in (plan.plan, plan.metadata):
-                    _link(src, version / src.name)
-                    artifacts[f"{name}/1/{src.name}"] = file_hash(version / src.name)
-            models[name] = {**models[name], "artifacts": artifacts}
-        manifest = {**built.manifest, "models": models, "engines": {"key": installed_key(summary)}}
-        (staging / MANIFEST).unlink()  # a link to the published one: never written through
+        if inside:
+            for name in built_models:
+                shutil.copytree(built.path / name, staging / name, copy_function=_link)
+        else:
+            shutil.copytree(built.path, staging, copy_function=_link, dirs_exist_ok=True)
+            (staging / MANIFEST).unlink()  # a link to the published one: never written through
+        manifest = _replace_plans(built, summary, built_models, staging)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-        publish(staging, built.path)
+        if inside:
+            publish_entries(staging, built.path)
+        else:
+            publish(staging, built.path)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _replace_plans(
+    built: BuiltRepository, summary: EngineSummary, built_models: list[str], staging: Path
+) -> Json:
+    """Link each model's plans into its version folder under ``staging``; the new manifest."""
+    models = built.models()
+    for name in built_models:
+        version = staging / name / "1"
+        artifacts: dict[str, str] = dict(models[name].get("artifacts", {}))
+        for old in [*version.glob("*.plan"), *version.glob("*.plan.json")]:
+            old.unlink()
+            artifacts.pop(f"{name}/1/{old.name}", None)
+        for plan in summary.plans.get(name, []):
+            for src in (plan.plan, plan.metadata):
+                _link(src, version / src.name)
+                artifacts[f"{name}/1/{src.name}"] = file_hash(version / src.name)
+        models[name] = {**models[name], "artifacts": artifacts}
+    return {**built.manifest, "models": models, "engines": {"key": installed_key(summary)}}
 
 
 def installed_key(summary: EngineSummary) -> str:

@@ -60,3 +60,37 @@ def test_two_renames_where_the_exchange_is_missing(tmp_path: Path, monkeypatch) 
     assert (repo / "m" / "config.pbtxt").read_text() == "new"
     assert not staging.exists()
     assert not repo.with_name("model_repository.old").exists()
+
+
+def test_a_mounted_repository_gets_its_entries_swapped_inside_it(tmp_path: Path, monkeypatch) -> None:
+    import builder.publish as pub
+
+    repo = tmp_path / "models"
+    repo.mkdir()
+    make(repo, "old")
+    (repo / "kept").mkdir()
+    (repo / "manifest.json").write_text("old")
+    inode = os.stat(repo).st_ino
+    monkeypatch.setattr(pub.os.path, "ismount", lambda p: Path(p) == repo)
+    assert pub.in_place(repo)
+    staging = pub.inner_staging_dir(repo)
+    make(staging, "new")
+    (staging / "manifest.json").write_text("new")
+    pub.publish_entries(staging, repo)
+    assert os.stat(repo).st_ino == inode  # the mount point itself is never renamed
+    assert (repo / "m" / "config.pbtxt").read_text() == "new"
+    assert (repo / "manifest.json").read_text() == "new"
+    assert sorted(p.name for p in repo.iterdir()) == ["kept", "m", "manifest.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["models"]  # nothing beside it
+
+
+def test_leftovers_inside_a_mounted_repository_are_removed(tmp_path: Path, monkeypatch) -> None:
+    import builder.publish as pub
+
+    repo = tmp_path / "models"
+    (repo / ".staging-999999999").mkdir(parents=True)
+    (repo / "m.old").mkdir()
+    (repo / "m").mkdir()
+    monkeypatch.setattr(pub.os.path, "ismount", lambda p: Path(p) == repo)
+    pub.clean_leftovers(repo)
+    assert [p.name for p in repo.iterdir()] == ["m"]

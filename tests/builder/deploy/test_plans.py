@@ -75,3 +75,50 @@ def test_a_cache_without_the_builds_stages_is_refused_in_one_line(built: Path, t
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]
     assert "model 'tiny'" in refused.stderr and "not in the stage cache" in refused.stderr
+
+
+# KServe mounts an emptyDir exactly at /mnt/models, in a /mnt this user cannot write: the same
+# layout here, in a user and mount namespace of its own (a tmpfs on a read-only parent).
+KSERVE_MOUNT = """\
+set -e
+mkdir -p "$MNT/models"
+mount --bind "$MNT" "$MNT"
+mount -o remount,bind,ro "$MNT"
+mount -t tmpfs -o size=256m models "$MNT/models"
+cp -a "$SRC/." "$MNT/models/"
+for start in 1 2; do
+  "$PY" -c "$MAIN" engines --if-stale --require-engines --spec "$SPEC" --repo "$MNT/models" || exit $?
+done
+echo "== repository"; (cd "$MNT/models" && find . | sort)
+echo "== parent"; ls -A "$MNT"
+"""
+
+
+def can_unshare() -> bool:
+    probe = ["unshare", "-rm", "sh", "-c", "mount -t tmpfs none /mnt"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_plans_go_into_a_repository_that_is_a_mount_point_under_a_read_only_parent(
+    built: Path, tmp_path: Path
+) -> None:
+    if not can_unshare():
+        pytest.skip("no user and mount namespaces here (unshare -rm)")
+    project = built.parent
+    env = {
+        "PYTHONPATH": f"{DOUBLE_DIR}:{ROOT}", "TRT_DOUBLE_GPU": "NVIDIA A10:8.6", "PATH": "/usr/bin:/bin",
+        "MNT": str(tmp_path / "mnt"), "SRC": str(built), "PY": sys.executable, "MAIN": MAIN,
+        "SPEC": str(project / "models.yaml"),
+    }  # fmt: skip
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", KSERVE_MOUNT], env=env, cwd=project,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    listing, parent = run.stdout.split("== repository\n")[1].split("== parent\n")
+    files = set(listing.split())
+    assert {"./tiny/1/model.plan", "./tiny/1/model.plan.json", "./manifest.json"} <= files
+    assert not [f for f in files if "staging" in f or f.endswith(".old")], listing
+    assert parent.split() == ["models"]
+    assert "holds these plans already, skipped" in run.stderr  # the second start
