@@ -101,11 +101,14 @@ def create_config(req: BuildRequest) -> Any:
     return PostprocessConfig(config, fresh_timing_cache)
 
 
-def polygraphy_profiles(shapes: list[ProfileShapes]) -> list[Any]:
-    """One Polygraphy ``Profile`` per spec profile. An empty list, not None: Polygraphy would
-    fill in a static default profile, where TensorRT refuses a dynamic network without one."""
+def polygraphy_profiles(shapes: list[ProfileShapes]) -> list[Any] | None:
+    """One Polygraphy ``Profile`` per spec profile; None for a network of fixed shapes (none
+    dynamic: :func:`check_profiles`), so that Polygraphy adds one of those shapes. Its INT8
+    calibration takes ``profiles[-1]`` and fails on an empty list."""
     from polygraphy.backend.trt import Profile
 
+    if not shapes:
+        return None
     out = []
     for ranges in shapes:
         profile = Profile()
@@ -155,10 +158,13 @@ def hardware_compatibility(name: str) -> trt.HardwareCompatibilityLevel:
 
 
 def check_profiles(network: trt.INetworkDefinition, shapes: list[ProfileShapes]) -> None:
-    """Each profile names inputs of the network with its rank and fixed dims: TensorRT would say
-    so only in ``build_serialized_network``, after parsing."""
+    """Each profile names inputs of the network with its rank and fixed dims, and a network
+    without profiles has no dynamic input: TensorRT would say so only in
+    ``build_serialized_network``, after parsing."""
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     declared = {t.name: [t.shape[d] for d in range(len(t.shape))] for t in inputs}
+    if not shapes:
+        check_fixed(declared)
     for index, ranges in enumerate(shapes):
         for r in ranges:
             if r.name not in declared:
@@ -166,6 +172,16 @@ def check_profiles(network: trt.INetworkDefinition, shapes: list[ProfileShapes])
             misfit = profile_misfit(r, declared[r.name])
             if misfit:
                 raise EngineBuildError(f"profiles[{index}]: {misfit}")
+
+
+def check_fixed(declared: dict[str, list[int]]) -> None:
+    """No profile comes from a spec of fixed dims without batching: the ONNX must agree."""
+    for name, shape in declared.items():
+        if -1 in shape:
+            raise EngineBuildError(
+                f"no optimization profile: the spec gives '{name}' fixed dims but the ONNX model's "
+                f"input shape is {shape}"
+            )
 
 
 def profile_misfit(r: InputRange, network_shape: list[int]) -> str | None:

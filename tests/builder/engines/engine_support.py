@@ -91,9 +91,8 @@ def a10() -> TensorRTAvailability:
     return TensorRTAvailability(True, "test machine", "10.13.0.35", GPU("NVIDIA A10", "8.6"))
 
 
-def write_onnx(path: Path, doc: str) -> Path:
-    """input [N, 3, H, W] -> Relu -> logits: dynamic batch and spatial dims."""
-    shape = ["N", 3, "H", "W"]
+def write_onnx(path: Path, doc: str, shape: tuple[int | str, ...] = ("N", 3, "H", "W")) -> Path:
+    """input -> Relu -> logits, by default [N, 3, H, W]: dynamic batch and spatial dims."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["input"], ["logits"], name="relu0")],
         "tiny",
@@ -150,6 +149,18 @@ def tiny_model(**changes: Any) -> ModelSpec:
     }
     raw.update(changes)
     return ModelSpec.model_validate(raw)
+
+
+def fixed_model() -> ModelSpec:
+    """:func:`tiny_model` on 3x8x8 images without batching: every shape fixed, no profile."""
+    fixed = {"dtype": "FP32", "dims": [3, 8, 8]}
+    return tiny_model(
+        max_batch_size=0,
+        profiles=[],
+        inputs=[{"name": "input", **fixed}],
+        outputs=[{"name": "logits", **fixed}],
+        engine={"int8_mode": "calibrator"},
+    )
 
 
 def eval_inputs(samples: int = 6) -> dict[str, np.ndarray]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_support import TrtDouble, eval_inputs, tiny_model
+from engine_support import TrtDouble, eval_inputs, fixed_model, tiny_model, write_onnx
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
@@ -181,6 +181,31 @@ def test_a_calibrator_plan_reads_the_table_under_this_tensorrts_header(
     assert headed.read_text().splitlines()[0] == "TRT-101300-EntropyCalibration2"
     assert f"--calib={headed}" in (tmp_path / "engines" / "int8" / "model.plan.repro.sh").read_text()
     assert trt10.named("calibration_cache_rejected") == []
+
+
+def _fixed_calibrator_plan(tmp_path: Path, table: Path, **kw):
+    """INT8 calibrator mode for :func:`fixed_model`, from an ONNX of its fixed shapes."""
+    fp32 = write_onnx(tmp_path / "fixed.onnx", "fp32", (3, 8, 8))
+    inputs = eval_inputs_shaped(3, 8, 8, samples=4)
+    return plan_engines(
+        fixed_model(),
+        {Precision.FP32: fp32},
+        table,
+        tmp_path / "engines",
+        tmp_path / "cache",
+        evaluation=Evaluation(inputs, run_onnx(fp32, inputs, batch_size=0)),
+        precisions=[Precision.INT8],
+        availability=kw.pop("availability"),
+        **kw,
+    )
+
+
+def test_a_calibrator_plan_of_fixed_shapes_without_batching_is_built_and_verified(
+    trt10: TrtDouble, tmp_path, a10, calibration_table
+) -> None:
+    (result,) = _fixed_calibrator_plan(tmp_path, calibration_table, availability=a10)
+    assert (result.status, result.message) == (Status.BUILT, "built and verified"), result.message
+    assert [e[1] for e in trt10.named("infer")] == 4 * [{"input": [3, 8, 8]}]  # one sample at a time
 
 
 def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path, variants, a10) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_support import TrtDouble, tiny_model
+from engine_support import TrtDouble, fixed_model, tiny_model, write_onnx
 
 from builder.engines.calibrator import calibration_header, with_header
+from builder.engines.plan import engine_options
 from builder.engines.profiles import InputRange
 from builder.engines.request import BuildRequest, make_request
 from builder.engines.trt_loader import EngineBuildError, build_plan
@@ -93,6 +94,45 @@ def test_int8_calibrator_on_10_feeds_the_table_under_the_running_versions_header
     assert trt10.named("set_calibration_profile") == [
         [{"input": [[1, 3, 32, 32], [8, 3, 32, 32], [16, 3, 64, 64]]}]
     ]
+
+
+def _fixed_request(tmp_path: Path, onnx: Path, table: Path) -> BuildRequest:
+    """INT8 calibrator mode for a model of fixed shapes without batching: the spec has no profile."""
+    model = fixed_model()
+    return make_request(
+        model,
+        engine_options(model),
+        Precision.INT8,
+        {Precision.FP32: onnx},
+        table,
+        "10.13.0.35",
+        plan=tmp_path / "model.plan",
+        timing_cache=tmp_path / "cache" / "timing.cache",
+    )
+
+
+def test_int8_calibrator_on_a_fixed_shape_model_calibrates_under_its_own_shapes(
+    trt10, tmp_path, calibration_table
+) -> None:
+    req = _fixed_request(tmp_path, write_onnx(tmp_path / "fixed.onnx", "fp32", (3, 8, 8)), calibration_table)
+    assert req.profiles == []
+    # Polygraphy calibrates under its last profile: with none given it makes one of the fixed shapes
+    assert build_plan(req).startswith(b"PLAN-DOUBLE")
+    assert trt10.named("add_optimization_profile") == [[0]]
+    assert trt10.named("set_calibration_profile") == [[{"input": [[3, 8, 8]] * 3}]]
+
+
+def test_a_dynamic_onnx_input_the_spec_gives_fixed_dims_is_refused_before_building(
+    trt10, tmp_path, variants, calibration_table
+) -> None:
+    req = _fixed_request(tmp_path, variants[Precision.FP32], calibration_table)
+    with pytest.raises(
+        EngineBuildError,
+        match=r"no optimization profile: the spec gives 'input' fixed dims but the ONNX model's "
+        r"input shape is \[-1, 3, -1, -1\]",
+    ):
+        build_plan(req)
+    assert trt10.named("build_serialized_network") == []
 
 
 def test_calibration_header_follows_tensorrts_version_number() -> None:
@@ -182,11 +222,13 @@ def test_tensorrt_refuses_a_misfit_profile_when_building_not_when_adding_it(trt1
     assert "optimization profile 0 is invalid for the network" in trt10.named("error")[0][0]
 
 
-def test_a_dynamic_network_without_a_profile_builds_no_engine(trt10, tmp_path, variants) -> None:
-    req = _request(tmp_path, variants, Precision.FP32, 10)
-    req.profiles = []
-    with pytest.raises(EngineBuildError, match="built no engine"):
-        build_plan(req)
+def test_tensorrt_builds_no_engine_of_a_dynamic_network_without_a_profile(trt10, variants) -> None:
+    import tensorrt as trt
+
+    builder = trt.Builder(trt.Logger())
+    network = builder.create_network(0)
+    assert trt.OnnxParser(network, trt.Logger()).parse_from_file(str(variants[Precision.FP32]))
+    assert builder.build_serialized_network(network, builder.create_builder_config()) is None
     assert "no optimization profile" in trt10.named("error")[0][0]
 
 

@@ -628,8 +628,8 @@ class IExecutionContext:
     def execute_async_v3(self, stream_handle: int) -> bool:
         io = [n for n, _ in self.engine._io]
         missing = [n for n in io if n not in self.addresses and n not in self.allocators] + [
-            n for n in self.engine.plan["inputs"] if n not in self.shapes
-        ]
+            n for n in self.engine.plan["inputs"] if -1 in self.get_tensor_shape(n)
+        ]  # a fixed input needs no set_input_shape
         if missing:
             _record("error", f"enqueueV3: no shape or address for {missing}")
             return False
@@ -650,7 +650,7 @@ class IExecutionContext:
         feed = {}
         for name in self.engine.plan["inputs"]:
             dtype = _NUMPY[self.engine.get_tensor_dtype(name).name]
-            shape = self.shapes[name]
+            shape = list(self.get_tensor_shape(name))
             if zeros:
                 feed[name] = np.zeros(shape, dtype)
             else:
