@@ -81,6 +81,13 @@ def predictor_deployment(isvc_name: str) -> str:
     return f"{isvc_name}-predictor"
 
 
+def hpa_name(isvc_name: str) -> str:
+    """Apart from ``<isvc>-predictor``, the name KServe gives its own HPA: its reconciler takes
+    an HPA found there for its own (overwrites it with its CPU spec on 0.15 to 0.20, deletes it
+    on 0.14)."""
+    return f"{isvc_name}-scaler"
+
+
 def runtime_name(opts: DeployOptions) -> str:
     return f"{opts.name}-triton"
 
@@ -200,7 +207,8 @@ def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
 def autoscaler(opts: DeployOptions) -> Manifest:
     """k8s.py's HPA on Triton's queue time, aimed at the predictor's Deployment."""
     hpa = k8s.autoscaler(opts)
-    hpa["metadata"]["name"] = hpa["spec"]["scaleTargetRef"]["name"] = predictor_deployment(opts.name)
+    hpa["metadata"]["name"] = hpa_name(opts.name)
+    hpa["spec"]["scaleTargetRef"]["name"] = predictor_deployment(opts.name)
     return hpa
 
 
@@ -212,7 +220,7 @@ def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": ref["name"], "labels": llm.llm_labels(opts, one)},
+        "metadata": {"name": hpa_name(name), "labels": llm.llm_labels(opts, one)},
         "spec": {
             "scaleTargetRef": ref,
             "minReplicas": opts.min_replicas,

@@ -180,3 +180,58 @@ def resolve(isvc: Obj, runtimes: dict[str, Obj]) -> Obj:
     pod["containers"] = [container]
     pod["containers"] += [c for c in spec["containers"] if c["name"] != CONTAINER]
     return pod
+
+
+# KServe's HPA reconciler: what it does to an HPA found at the name it derives.
+AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"
+HPA_RECONCILER = "pkg/controller/v1beta1/inferenceservice/reconcilers/hpa/hpa_reconciler.go"
+
+
+def _minor(version: str) -> int:
+    return int(version.lstrip("v").split(".")[1])
+
+
+def kserve_hpa(isvc: Obj) -> Obj:
+    """The HPA KServe's autoscaler reconciler builds for a RawDeployment predictor
+    (``createHPA``): named like the predictor's Deployment, its component annotations."""
+    name = f"{isvc['metadata']['name']}-predictor"  # constants.PredictorServiceName
+    annotations = dict(isvc["metadata"].get("annotations", {}))
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+    cpu = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+    }
+    spec = {"scaleTargetRef": target, "minReplicas": 1, "maxReplicas": 1, "metrics": [cpu]}
+    return {"metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+def _owned_by_an_isvc(existing: Obj) -> bool:
+    refs = existing.get("metadata", {}).get("ownerReferences", [])
+    return any(
+        r["apiVersion"].startswith("serving.kserve.io") and r["kind"] == "InferenceService" for r in refs
+    )
+
+
+def _class_changed(desired: Obj, existing: Obj) -> bool:
+    mine = desired["metadata"].get("annotations", {}).get(AUTOSCALER_CLASS)
+    theirs = existing.get("metadata", {}).get("annotations", {}).get(AUTOSCALER_CLASS)
+    return mine != theirs
+
+
+def hpa_reconcile(version: str, desired: Obj, existing: Obj | None) -> str:
+    """``checkHPAExist`` then ``Reconcile`` (HPA_RECONCILER at v0.14.1, v0.15.2, v0.16.0 and
+    v0.20.0, alike from v0.16.0 on): "create", "skip", "existed", "update" or "delete"."""
+    desired_class = desired["metadata"].get("annotations", {}).get(AUTOSCALER_CLASS)
+    if existing is None:
+        return "create" if desired_class in (None, "hpa") else "skip"
+    equal = desired["spec"] == existing.get("spec") and not _class_changed(desired, existing)
+    if _minor(version) <= 14:  # shouldDeleteHPA(desired) only, after the equality check
+        if equal:
+            return "existed"
+        return "delete" if desired_class == "external" else "update"
+    delete = _owned_by_an_isvc(existing) and desired_class in ("external", "none")
+    if _minor(version) >= 16 and delete:  # v0.16.0 asks before the equality check
+        return "delete"
+    if equal:
+        return "existed"
+    return "delete" if delete else "update"

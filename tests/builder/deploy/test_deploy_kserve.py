@@ -19,7 +19,7 @@ from builder.deploy import k8s, kserve
 from builder.deploy.common import STARTUP_SECONDS, DeployOptions
 from builder.errors import UserError
 from builder.spec import Spec, load_spec
-from tests.builder.deploy.kserve_resolve import ResolveError, resolve
+from tests.builder.deploy.kserve_resolve import ResolveError, hpa_reconcile, kserve_hpa, resolve
 
 # kserve is looked for without importing it: its gRPC protos clash with tritonclient's.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("kserve") is None, reason="kserve is not installed")
@@ -275,3 +275,36 @@ def test_every_rendered_file_validates_and_passes_kubernetes_validate_strict(
         files = sorted(map(str, out.iterdir()))
         proc = subprocess.run([tool, "--strict", *files], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "version", ["v0.14.1", "v0.15.2", "v0.16.0", "v0.17.1", "v0.18.1", "v0.19.0", "v0.20.0"]
+)
+def test_kserve_leaves_the_projects_hpas_alone(spec: Spec, version: str) -> None:
+    """KServe's HPA reconciler, ported, finds no HPA of ours at the name it derives, so it
+    neither overwrites it with its CPU spec (0.15 on) nor deletes it (0.14)."""
+    for opts in (DeployOptions(), REMOTE):
+        docs = kserve.manifests(spec, opts)
+        ours = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "HorizontalPodAutoscaler"}
+        for isvc in (d for d in docs.values() if d["kind"] == "InferenceService"):
+            desired = kserve_hpa(isvc)
+            assert hpa_reconcile(version, desired, ours.get(desired["metadata"]["name"])) == "skip"
+        for hpa in ours.values():  # and each still scales the Deployment KServe makes
+            assert hpa["spec"]["scaleTargetRef"]["name"].endswith("-predictor")
+
+
+def test_the_hpa_reconciler_port_takes_what_it_does_not_own() -> None:
+    isvc = {"metadata": {"name": "m", "annotations": {"serving.kserve.io/autoscalerClass": "external"}}}
+    desired = kserve_hpa(isvc)
+    foreign = {"metadata": {"name": "m-predictor"}, "spec": {"maxReplicas": 9}}
+    assert hpa_reconcile("v0.14.1", desired, foreign) == "delete"
+    assert hpa_reconcile("v0.16.0", desired, foreign) == "update"
+    owned = {
+        **foreign,
+        "metadata": {
+            "ownerReferences": [{"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService"}]
+        },
+    }
+    assert hpa_reconcile("v0.20.0", desired, owned) == "delete"
+    assert hpa_reconcile("v0.20.0", desired, None) == "skip"
+    assert hpa_reconcile("v0.20.0", kserve_hpa({"metadata": {"name": "m"}}), None) == "create"
