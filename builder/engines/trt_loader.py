@@ -122,17 +122,18 @@ def table_calibrator(table: Path, plan: Path) -> Any:
     """TensorRT 10's implicit INT8 from the table the CPU stage wrote (no GPU calibration):
     Polygraphy's ``Calibrator`` with no batches and the table, under the header of the TensorRT
     that reads it, as its cache (a file: Polygraphy sizes the cache with ``fstat``). A cache
-    TensorRT cannot use leaves it no batches: the build fails."""
+    TensorRT cannot use leaves it no batches: the build fails.
+
+    The cache is a copy beside the plan being built: TensorRT may write the cache back through
+    the calibrator, and the table itself is in the plan's fingerprint."""
     import tensorrt as trt
     from polygraphy.backend.trt import Calibrator
 
     from builder.engines.calibrator import with_header
 
-    data = with_header(table.read_bytes(), trt.__version__)
-    if data != table.read_bytes():
-        table = plan.with_name(plan.name + ".calibration.cache")
-        table.write_bytes(data)
-    return Calibrator(data_loader=[], cache=str(table), BaseClass=trt.IInt8EntropyCalibrator2)
+    cache = plan.with_name(plan.name + ".calibration.cache")
+    cache.write_bytes(with_header(table.read_bytes(), trt.__version__))
+    return Calibrator(data_loader=[], cache=str(cache), BaseClass=trt.IInt8EntropyCalibrator2)
 
 
 def fresh_timing_cache(

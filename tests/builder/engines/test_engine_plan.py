@@ -11,7 +11,7 @@ from engine_support import TrtDouble, eval_inputs, fixed_model, tiny_model, writ
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
-from builder.engines.plan import Evaluation, Status, _Job, engine_options, plan_engines
+from builder.engines.plan import EngineResult, Evaluation, Status, _Job, engine_options, plan_engines
 from builder.engines.request import make_request
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
@@ -206,6 +206,31 @@ def test_a_calibrator_plan_of_fixed_shapes_without_batching_is_built_and_verifie
     (result,) = _fixed_calibrator_plan(tmp_path, calibration_table, availability=a10)
     assert (result.status, result.message) == (Status.BUILT, "built and verified"), result.message
     assert [e[1] for e in trt10.named("infer")] == 4 * [{"input": [3, 8, 8]}]  # one sample at a time
+
+
+def test_a_calibrator_plan_is_fresh_on_the_next_start_though_tensorrt_rewrote_the_cache(
+    trt10: TrtDouble, tmp_path, variants, a10, calibration_table
+) -> None:
+    def build() -> EngineResult:
+        (result,) = plan_engines(
+            tiny_model(engine={"int8_mode": "calibrator"}),
+            variants,
+            calibration_table,
+            tmp_path / "engines",
+            tmp_path / "cache",
+            evaluation=_evaluation(variants),
+            precisions=[Precision.INT8],
+            availability=a10,
+            if_stale=True,  # tritonforge engines --if-stale
+        )
+        return result
+
+    assert build().status is Status.BUILT
+    again = build()
+    assert (again.status, again.message) == (Status.FRESH, "up to date")
+    (written,) = trt10.named("write_calibration_cache")
+    headed = tmp_path / "engines" / "int8" / "calibration.cache"
+    assert written[0] != headed.read_text()  # the calibrator's copy was rewritten, not the table
 
 
 def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path, variants, a10) -> None:

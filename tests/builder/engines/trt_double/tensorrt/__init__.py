@@ -14,7 +14,8 @@ break TensorRT's three rules (ValueError), a profile invalid in itself
 (``add_optimization_profile`` returns -1), a profile that does not fit the network
 (``build_serialized_network`` returns None, as TensorRT reports it there), a
 network with dynamic inputs and no profile, a calibration cache whose header is not this version's (it then
-"calibrates" with the calibrator's batches, and without any the build fails), a
+"calibrates" with the calibrator's batches, and without any the build fails; a cache it
+uses it writes back through the calibrator, reordered), a
 timing cache from another version or device (``set_timing_cache`` returns
 False), and a plan of another version (``Runtime.deserialize_cuda_engine``
 returns None).
@@ -508,6 +509,10 @@ def _calibrate(calibrator: Any, network: INetworkDefinition) -> bool:
         return True
     names = {line.split(":")[0] for line in lines if line.strip()}
     _record("calibration_unknown_tensors", sorted(names - network.tensors))
+    # TensorRT may write the cache back through the calibrator, its lines in its own order
+    written = "\n".join([header, *reversed(lines)]) + "\n"
+    _record("write_calibration_cache", written)
+    calibrator.write_calibration_cache(memoryview(written.encode()))
     return True
 
 
