@@ -39,7 +39,7 @@ def build_plan(req: BuildRequest) -> bytes:
     build = EngineBytesFromNetwork(network, config=create_config(req), save_timing_cache=str(cache))
     try:
         serialized = build()
-    except ValueError as exc:  # IOptimizationProfile.set_shape: 0 <= min <= opt <= max, fixed dims
+    except RuntimeError as exc:  # what TensorRT's bindings raise for a call it refuses (set_shape)
         raise EngineBuildError(rejected_shapes(req.profiles, exc)) from None
     except PolygraphyException:  # "Invalid Engine": build_serialized_network returned None
         raise EngineBuildError("TensorRT built no engine (its log above says why)") from None
@@ -196,9 +196,10 @@ def profile_misfit(r: InputRange, network_shape: list[int]) -> str | None:
     return None
 
 
-def rejected_shapes(shapes: list[ProfileShapes], exc: ValueError) -> str:
+def rejected_shapes(shapes: list[ProfileShapes], exc: RuntimeError) -> str:
     """TensorRT's ``set_shape`` refusal, naming the first profile and input that break its rule
-    ``0 <= min <= opt <= max`` (Polygraphy adds every profile in one call)."""
+    ``0 <= min <= opt <= max`` (Polygraphy adds every profile in one call); another refusal
+    as TensorRT words it."""
     for index, ranges in enumerate(shapes):
         for r in ranges:
             if not all(0 <= a <= b <= c for a, b, c in zip(r.min, r.opt, r.max, strict=False)):
@@ -206,4 +207,4 @@ def rejected_shapes(shapes: list[ProfileShapes], exc: ValueError) -> str:
                     f"profiles[{index}]: TensorRT rejected the shapes of '{r.name}' "
                     f"(min {list(r.min)}, opt {list(r.opt)}, max {list(r.max)}): {exc}"
                 )
-    return f"TensorRT rejected an optimization profile: {exc}"
+    return f"TensorRT refused the build: {exc}"

@@ -145,8 +145,10 @@ def _time_profile(
     stream = cuda.Stream()
     buffers: list[Any] = []
     try:
-        if not context.set_optimization_profile_async(profile, stream.ptr):
-            raise RuntimeError(f"the plan has no optimization profile {profile}")
+        try:  # TensorRT's bindings raise RuntimeError here, never return False
+            context.set_optimization_profile_async(profile, stream.ptr)
+        except RuntimeError:
+            raise RuntimeError(f"the plan has no optimization profile {profile}") from None
         for name, value in feed.items():
             if not context.set_input_shape(name, list(value.shape)):
                 raise RuntimeError(f"input '{name}' shape {list(value.shape)} is outside profile {profile}")

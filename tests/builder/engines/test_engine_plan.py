@@ -12,6 +12,7 @@ from engine_support import TrtDouble, eval_inputs, fixed_model, tiny_model, writ
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
 from builder.engines.plan import EngineResult, Evaluation, Status, _Job, engine_options, plan_engines
+from builder.engines.profiles import ProfileShapes
 from builder.engines.request import make_request
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
@@ -392,8 +393,36 @@ def test_every_profile_is_verified_and_run_as_triton_would_choose_it(
     assert sorted(meta.verification["batches"]) == ["16", "2"]
 
 
-def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, variants) -> None:
+def _double_plan(variants: dict[Precision, Path], profiles: list[ProfileShapes]) -> bytes:
+    """A plan of the TensorRT double, as its build would write it, of the FP32 tiny model."""
+    import json
+
     import tensorrt as trt
+
+    plan = {
+        "version": trt.__version__,
+        "onnx": str(variants[Precision.FP32]),
+        "inputs": {"input": [-1, 3, -1, -1]},
+        "profiles": [{r.name: [list(r.min), list(r.opt), list(r.max)] for r in p} for p in profiles],
+    }
+    return trt.IHostMemory(trt.PLAN_MAGIC + json.dumps(plan).encode())
+
+
+def test_timing_a_profile_the_plan_lacks_says_so(trt10, variants) -> None:
+    import trt_double_runner
+
+    from builder.engines.profiles import profile_shapes
+    from builder.engines.trt_runner import time_profiles
+
+    trt_double_runner.install()  # Polygraphy's device arrays and stream, on host memory
+    two = profile_shapes(tiny_model())
+    plan = _double_plan(variants, two[:1])
+    # TensorRT's set_optimization_profile_async raises RuntimeError, never returns False
+    with pytest.raises(RuntimeError, match=r"^the plan has no optimization profile 1$"):
+        time_profiles(plan, eval_inputs(), 16, two, rounds=1, launches=1)
+
+
+def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, variants) -> None:
     import trt_double_runner
 
     from builder.engines.profiles import profile_shapes
@@ -401,22 +430,7 @@ def test_the_double_refuses_a_profile_triton_would_not_choose(trt10, tmp_path, v
     trt_double_runner.install()  # Polygraphy's runner, on host memory, checking Triton's choice
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    plan = trt.IHostMemory(
-        trt.PLAN_MAGIC
-        + __import__("json")
-        .dumps(
-            {
-                "version": trt.__version__,
-                "onnx": str(variants[Precision.FP32]),
-                "inputs": {"input": [-1, 3, -1, -1]},
-                "profiles": [
-                    {r.name: [list(r.min), list(r.opt), list(r.max)] for r in p}
-                    for p in profile_shapes(tiny_model(profiles=_batch_profiles()))
-                ],
-            }
-        )
-        .encode()
-    )
+    plan = _double_plan(variants, profile_shapes(tiny_model(profiles=_batch_profiles())))
     with TrtRunner(EngineFromBytes(plan), optimization_profile=0) as runner:
         with pytest.raises(RuntimeError, match="Triton serves them with profile 1"):
             runner.infer({"input": np.zeros((16, 3, 8, 8), np.float32)})
@@ -600,7 +614,6 @@ def test_overlapping_profiles_are_verified_under_the_one_triton_chooses(
 
 
 def test_the_double_runs_overlapping_profiles_only_as_triton_chooses(trt10, variants) -> None:
-    import tensorrt as trt
     import trt_double_runner
 
     from builder.engines.profiles import profile_shapes
@@ -608,22 +621,7 @@ def test_the_double_runs_overlapping_profiles_only_as_triton_chooses(trt10, vari
     trt_double_runner.install()  # Polygraphy's runner, on host memory, checking Triton's choice
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    plan = trt.IHostMemory(
-        trt.PLAN_MAGIC
-        + __import__("json")
-        .dumps(
-            {
-                "version": trt.__version__,
-                "onnx": str(variants[Precision.FP32]),
-                "inputs": {"input": [-1, 3, -1, -1]},
-                "profiles": [
-                    {r.name: [list(r.min), list(r.opt), list(r.max)] for r in p}
-                    for p in profile_shapes(tiny_model(profiles=_overlapping_profiles()))
-                ],
-            }
-        )
-        .encode()
-    )
+    plan = _double_plan(variants, profile_shapes(tiny_model(profiles=_overlapping_profiles())))
     with TrtRunner(EngineFromBytes(plan), optimization_profile=1) as runner:
         with pytest.raises(RuntimeError, match="Triton serves them with profile 0"):
             runner.infer({"input": np.zeros((4, 3, 8, 48), np.float32)})

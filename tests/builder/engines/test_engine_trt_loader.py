@@ -191,9 +191,34 @@ def test_shapes_tensorrt_refuses_fail_with_the_profile_and_input_named(trt10, tm
     req = _request(tmp_path, variants, Precision.FP32, 10)
     req.profiles[1] = [InputRange("input", (1, 3, 32, 32), (8, 3, 16, 16), (16, 3, 64, 64))]  # opt < min
     with pytest.raises(
-        EngineBuildError, match=r"profiles\[1\]: TensorRT rejected the shapes of 'input' .*min <= opt"
+        EngineBuildError,
+        match=r"profiles\[1\]: TensorRT rejected the shapes of 'input' \(min \[1, 3, 32, 32\], "
+        r"opt \[8, 3, 16, 16\], max \[16, 3, 64, 64\]\): Shape provided for opt is inconsistent",
     ):
         build_plan(req)
+
+
+def test_the_double_raises_what_tensorrts_bindings_raise(trt10, variants) -> None:
+    """pybind11 maps TensorRT's C++ errors to RuntimeError (python/src/infer/pyCore.cpp) and
+    arguments it cannot convert to TypeError."""
+    import tensorrt as trt
+
+    profile = trt.Builder(trt.Logger()).create_optimization_profile()
+    with pytest.raises(RuntimeError, match=r"^Shape provided for opt is inconsistent with other shapes\.$"):
+        profile.set_shape("input", trt.Dims([1, 3, 8, 8]), trt.Dims([1, 3, 4, 4]), trt.Dims([1, 3, 8, 8]))
+    with pytest.raises(RuntimeError, match="Shape provided for min"):
+        profile.set_shape("input", trt.Dims([-1, 3, 8, 8]), trt.Dims([1, 3, 8, 8]), trt.Dims([1, 3, 8, 8]))
+    with pytest.raises(RuntimeError, match="Shape provided for max"):
+        profile.set_shape("input", trt.Dims([1, 3, 8, 8]), trt.Dims([2, 3, 8, 8]), trt.Dims([1, 3, 8, 8]))
+    with pytest.raises(TypeError):
+        profile.set_shape("input", [1.5, 3, 8, 8], [2, 3, 8, 8], [4, 3, 8, 8])
+    assert profile.get_shape("input") == []  # nothing set: an empty list, not a KeyError
+    engine = trt.ICudaEngine(
+        {"onnx": str(variants[Precision.FP32]), "inputs": {"input": [-1, 3, -1, -1]}, "profiles": []}
+    )
+    assert engine.get_tensor_mode("nothing") == trt.TensorIOMode.NONE
+    with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
+        engine.create_execution_context().set_optimization_profile_async(1, 0)
 
 
 def test_a_profile_that_does_not_fit_the_network_is_refused(trt10, tmp_path, variants) -> None:

@@ -8,9 +8,11 @@ members those call, not only the project's own calls. Every call is appended to
 ``JOURNAL`` and, when ``TRT_DOUBLE_JOURNAL`` names a file, to that file as JSON
 lines, so tests in the parent process can read what a build subprocess did.
 
-It refuses what TensorRT refuses, where the builder could get it wrong: INT32
+It refuses what TensorRT refuses, where the builder could get it wrong, and raises what
+TensorRT's bindings raise (RuntimeError for a call TensorRT refuses, TypeError for an
+argument pybind11 cannot convert): INT32
 quantized data behind a DequantizeLinear (the parser), ``set_shape`` values that
-break TensorRT's three rules (ValueError), a profile invalid in itself
+break TensorRT's three rules (RuntimeError), a profile invalid in itself
 (``add_optimization_profile`` returns -1), a profile that does not fit the network
 (``build_serialized_network`` returns None, as TensorRT reports it there), a
 network with dynamic inputs and no profile, a calibration cache whose header is not this version's (it then
@@ -287,17 +289,18 @@ class IOptimizationProfile:
 
     def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
         # Dims, or any sequence of ints (TensorRT's bindings convert them; Polygraphy passes tuples)
-        assert all(all(isinstance(d, int) for d in dims) for dims in (min, opt, max)), "TensorRT wants dims"
+        if not all(all(isinstance(d, int) for d in dims) for dims in (min, opt, max)):
+            raise TypeError("set_shape(): incompatible function arguments")  # pybind11's refusal
         _record("set_shape", input, list(min), list(opt), list(max))
-        if not (len(min) == len(opt) == len(max)) or not all(
-            0 <= a <= b <= c for a, b, c in zip(min, opt, max, strict=False)
-        ):
+        refused = _refused_selector(list(min), list(opt), list(max))
+        if refused:
             self.valid = False
-            raise ValueError(f"inconsistent shapes for '{input}': need 0 <= min <= opt <= max")
+            # the bindings' own words: setDimensions returned false, pybind11 raises RuntimeError
+            raise RuntimeError(f"Shape provided for {refused} is inconsistent with other shapes.")
         self.shapes[input] = (list(min), list(opt), list(max))
 
     def get_shape(self, input: str) -> list[Dims]:
-        return [Dims(d) for d in self.shapes[input]]
+        return [Dims(d) for d in self.shapes.get(input, ())]  # [] for an input not set
 
     def __bool__(self) -> bool:
         return self.valid
@@ -318,6 +321,18 @@ class IOptimizationProfile:
                 ):
                     return f"'{tensor.name}': {which} does not fit its shape {tensor.shape}"
         return None
+
+
+def _refused_selector(min: list[int], opt: list[int], max: list[int]) -> str | None:
+    """Which of TensorRT's setDimensions calls (kMIN, kOPT, kMAX, in that order) refuses: each
+    needs dims >= 0 and, against those set before it, the same rank and min <= opt <= max."""
+    if any(d < 0 for d in min):
+        return "min"
+    if len(opt) != len(min) or any(o < 0 or o < m for m, o in zip(min, opt, strict=False)):
+        return "opt"
+    if len(max) != len(opt) or any(x < o for o, x in zip(opt, max, strict=False)):
+        return "max"
+    return None
 
 
 class IHostMemory(bytes):
@@ -549,7 +564,7 @@ class ICudaEngine:
         return self._io[index][0]
 
     def get_tensor_mode(self, name: str) -> _Enum:
-        return dict(self._io)[name]
+        return dict(self._io).get(name, TensorIOMode.NONE)  # type: ignore[attr-defined]
 
     def get_tensor_dtype(self, name: str) -> DataType:
         return self._types[name]
@@ -595,7 +610,7 @@ class IExecutionContext:
 
     def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
         if not 0 <= profile_index < self.engine.num_optimization_profiles:
-            return False
+            raise RuntimeError("Error in set optimization profile async.")  # never False
         self.profile, self.shapes = profile_index, {}
         return True
 
