@@ -11,13 +11,15 @@ import yaml
 
 from builder.deploy import k8s, kserve
 from builder.deploy.common import DeployOptions, Manifest
+from builder.deploy.kserve_releases import DEFAULT_VERSION, RELEASES
 from builder.errors import BuildError, UserError
 from builder.spec import Spec, load_spec
 
 Generator = Callable[[Spec, DeployOptions], dict[str, Manifest]]
-TARGETS: dict[str, tuple[Generator, Callable[[Manifest], None], str]] = {
-    "k8s": (k8s.manifests, k8s.validate, "kubernetes-validate"),
-    "kserve": (kserve.manifests, kserve.validate, "kserve==0.21.0"),
+Validator = Callable[[Manifest, DeployOptions], None]
+TARGETS: dict[str, tuple[Generator, Validator, str]] = {
+    "k8s": (k8s.manifests, lambda doc, _: k8s.validate(doc), "kubernetes-validate"),
+    "kserve": (kserve.manifests, kserve.validate, "jsonschema and kubernetes-validate"),
 }
 
 
@@ -26,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "target",
         choices=sorted(TARGETS),
-        help="k8s: Deployment, Service, HPA; kserve: InferenceServices (and a ServingRuntime), HPAs",
+        help="k8s: Deployment, Service, HPA; kserve: InferenceServices (and a ServingRuntime),"
+        " LLMInferenceServices (KServe 0.16 on), HPAs",
     )
     p.add_argument("--spec", type=Path, default=Path("models.yaml"))
     p.add_argument("--out", type=Path, default=Path("deploy/generated"))
@@ -49,6 +52,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--min-replicas", type=int, default=1)
     p.add_argument("--max-replicas", type=int, default=4)
     p.add_argument("--repo", type=Path, help="a built repository whose size goes into the memory request")
+    p.add_argument(
+        "--kserve-version",
+        choices=list(RELEASES),
+        default=DEFAULT_VERSION,
+        help=f"the KServe release the KServe objects are for (default {DEFAULT_VERSION}, the newest)",
+    )
     p.add_argument("--no-validate", action="store_true", help="write without validating")
     p.set_defaults(func=run)
     return p
@@ -64,6 +73,7 @@ def options(args: argparse.Namespace) -> DeployOptions:
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         built_repo=args.repo,
+        kserve_version=args.kserve_version,
     )
 
 
@@ -99,8 +109,9 @@ def write(docs: dict[str, Manifest], out: Path, header: str) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     generate, validator, package = TARGETS[args.target]
     spec = load_spec(args.spec)
-    docs = generate(spec, options(args))
-    validated = not args.no_validate and check(docs, validator, package)
+    opts = options(args)
+    docs = generate(spec, opts)
+    validated = not args.no_validate and check(docs, lambda doc: validator(doc, opts), package)
     header = (
         f"# Written by `tritonforge deploy {args.target}` from {args.spec.name}; regenerate, do not edit.\n"
     )

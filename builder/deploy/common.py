@@ -12,6 +12,7 @@ from builder.errors import UserError
 from builder.spec import Spec
 
 from . import sizing
+from .kserve_releases import DEFAULT_VERSION, KServeRelease, release
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 LIVE_PATH, READY_PATH = "/v2/health/live", "/v2/health/ready"
@@ -43,6 +44,7 @@ class DeployOptions:
     min_replicas: int = 1
     max_replicas: int = 4
     built_repo: Path | None = None  # a built repository to measure for the memory request
+    kserve_version: str = DEFAULT_VERSION  # the KServe release the KServe objects are for
 
     def __post_init__(self) -> None:
         if not DNS_LABEL.match(self.name):
@@ -52,6 +54,11 @@ class DeployOptions:
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise UserError("need 1 <= min replicas <= max replicas", field="--max-replicas")
         sizing.check_repository_url(self.repository_url)
+        release(self.kserve_version)
+
+    @property
+    def kserve(self) -> KServeRelease:
+        return release(self.kserve_version)
 
     @property
     def image_ref(self) -> str:

@@ -10,29 +10,27 @@ image's tag and merges the runtime's ``limits.cpu: "1"`` into the pod
 (tests/builder/deploy/kserve_resolve.py replays KServe's merge rules on what is written).
 
 Both run as RawDeployment (a Deployment named ``<name>-predictor``; no Knative progress
-deadline cutting the plan build short, the startup probe covers it), with KServe's
-autoscaler set to ``external``: an HPA on Triton's queue time (the Kubernetes path's
-adapter rule), and for each LLM one on its requests in flight (LLM_LOAD_METRIC). Plans and the timing cache
-sit on the engine-cache volume, per GPU model and TensorRT version, as in k8s.py.
+deadline cutting the plan build short, the startup probe covers it; ``Standard`` from KServe
+0.16, ``--kserve-version``), with KServe's autoscaler set to ``external``: an HPA on Triton's
+queue time (the Kubernetes path's adapter rule), and for each LLM one on its requests in
+flight (LLM_LOAD_METRIC). Plans and the timing cache sit on the engine-cache volume, per GPU
+model and TensorRT version, as in k8s.py. From 0.16 each LLM also gets an
+LLMInferenceService (kserve_llm.py).
 
-``validate`` checks a KServe object against the CRD schema shipped in deploy/crds
-(kserve_crd.py) and the kserve package's models; the others with kubernetes-validate.
+``validate`` checks a KServe object against its kind's CRD at the chosen release, as that tag
+ships it (kserve_crd.py); the others with kubernetes-validate.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import re
-import subprocess
-import sys
+from pathlib import Path
 from typing import Any
 
-from builder.errors import UserError
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
 
-from . import k8s, kserve_crd, llm
+from . import k8s, kserve_crd, kserve_llm, llm
 from .common import (
     IMAGE_REPOSITORY,
     SHM_MOUNT,
@@ -53,10 +51,7 @@ CONTAINER = "kserve-container"  # constants.InferenceServiceContainerName
 MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer puts storageUri
 MODEL_FORMAT = {"name": "triton", "version": "2"}
 PROTOCOLS = ["v2", "grpc-v2"]
-RAW_MODE = {
-    "serving.kserve.io/deploymentMode": "RawDeployment",
-    "serving.kserve.io/autoscalerClass": "external",  # the HPA below, not KServe's CPU one
-}
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 WRITABLE_MODELS = {"storage.kserve.io/readonly": "false"}  # plans are published into /mnt/models
 # KServe's defaulter gives a custom container without limits.cpu its config's cpuLimit ("1" in
 # KServe's chart): one CPU throttles Triton's HTTP threads and the Python-backend stubs.
@@ -77,6 +72,12 @@ LLM_ADAPTER_RULE = f"""\
     as: {LLM_LOAD_METRIC}
   metricsQuery: sum(rate(vllm:e2e_request_latency_seconds_sum{{<<.LabelMatchers>>}}[1m])) by (<<.GroupBy>>)
 """
+
+
+def raw_mode(opts: DeployOptions) -> dict[str, str]:
+    """RawDeployment as the release spells it (``Standard`` from 0.16: its webhook refuses an
+    update whose mode differs from the one it stored), with the HPA below, not KServe's CPU one."""
+    return {DEPLOYMENT_MODE: opts.kserve.deployment_mode, "serving.kserve.io/autoscalerClass": "external"}
 
 
 def predictor_deployment(isvc_name: str) -> str:
@@ -155,7 +156,7 @@ def inference_service(spec: Spec, opts: DeployOptions) -> Manifest:
         "annotations": scrape_annotations(),
         "securityContext": pod_security(),
     }
-    annotations = dict(RAW_MODE)
+    annotations = raw_mode(opts)
     if opts.repository_url:
         predictor["model"] = {
             "modelFormat": {"name": MODEL_FORMAT["name"]},
@@ -202,7 +203,7 @@ def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
         "metadata": {
             "name": llm.resource_name(opts, one),
             "labels": llm.llm_labels(opts, one),
-            "annotations": dict(RAW_MODE),
+            "annotations": raw_mode(opts),
         },
         "spec": {"predictor": predictor},
     }
@@ -241,6 +242,8 @@ def adapter_rules(spec: Spec, opts: DeployOptions) -> Manifest:
     rules = k8s.adapter_rules(opts)
     if spec.llms:
         rules["data"]["config.yaml"] += LLM_ADAPTER_RULE
+        if opts.kserve.has_llm_inference_service:
+            rules["data"]["config.yaml"] += kserve_llm.adapter_rules(opts.kserve)
     return rules
 
 
@@ -256,118 +259,39 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
     for one in spec.llms:
         out[f"llm-{one.name}-inferenceservice.yaml"] = llm_inference_service(one, opts)
         out[f"llm-{one.name}-kserve-hpa.yaml"] = llm_autoscaler(one, opts)
+        out.update(kserve_llm.manifests(one, opts))
+    if spec.llms and not opts.repository_url and opts.kserve.has_llm_inference_service:
+        out["engine-cache-pvc.yaml"] = k8s.engine_cache(opts)  # holds the checkpoints too
     return out
 
 
-# Validation against the kserve package's models.
+def coverage_objects(rel: Any) -> list[Manifest]:
+    """Every shape of object written for ``rel``: the default zoo with and without an object
+    store, with and without GPUs, its LLM with LoRA adapters too (the CRDs are trimmed to these)."""
+    from builder.spec import load_spec
+    from builder.spec.llm import LoRA
 
-PRIMITIVES: dict[str, tuple[type, ...]] = {
-    "str": (str,),
-    "int": (int,),
-    "float": (int, float),
-    "bool": (bool,),
-    "object": (object,),
-    "datetime": (str,),
-    "bytes": (str,),
-    "ResourceQuantity": (str, int, float),
-}
-LIST = re.compile(r"^[lL]ist\[(.+)\]$")
-DICT = re.compile(r"^(?:dict\(|Dict\[)[^,]+, (.+)[)\]]$")
-
-
-KSERVE_MODELS = {  # kind -> (apiVersion, root model in the kserve package)
-    "InferenceService": ("serving.kserve.io/v1beta1", "V1beta1InferenceService"),
-    "ServingRuntime": ("serving.kserve.io/v1alpha1", "V1alpha1ServingRuntime"),
-}
+    spec = load_spec(Path(__file__).resolve().parents[2] / "models.yaml")
+    lora = LoRA(adapters={"adapter": "adapter"})
+    with_lora = spec.model_copy(update={"llms": [m.model_copy(update={"lora": lora}) for m in spec.llms]})
+    docs: list[Manifest] = []
+    for url in (None, "s3://bucket/repo"):
+        for gpus in (0, 1):
+            opts = DeployOptions(repository_url=url, gpus=gpus, kserve_version=rel.version)
+            for one in (spec, with_lora):
+                docs += manifests(one, opts).values()
+    return docs
 
 
-def validate(doc: Manifest) -> None:
+def validate(doc: Manifest, opts: DeployOptions | None = None) -> None:
     """Raise UserError naming the field when ``doc`` is not a valid object of its kind: a
-    KServe one against the shipped CRD schema and the kserve package's models (required
-    fields, enums), any other with kubernetes-validate --strict; then llm.check.
-
-    The models' check runs in a child process: importing ``kserve`` registers its own
-    ``inference.*`` gRPC messages, which collide with tritonclient's in one process.
-    """
-    kind = doc.get("kind")
-    if kind not in KSERVE_MODELS and str(doc.get("apiVersion", "")).startswith("serving.kserve.io/"):
-        raise UserError(f"not a KServe kind this project writes: {kind}", field="apiVersion/kind")
-    if kind not in KSERVE_MODELS:
+    KServe one against its CRD at the release ``opts`` names (as that tag ships it, trimmed:
+    kserve_crd.py), any other with kubernetes-validate --strict; then llm.check and
+    kserve_llm.check."""
+    rel = (opts or DeployOptions()).kserve
+    if not str(doc.get("apiVersion", "")).startswith("serving.kserve.io/"):
         k8s.validate(doc)
         return
-    if doc.get("apiVersion") != KSERVE_MODELS[kind][0]:
-        raise UserError(f"{kind} is {KSERVE_MODELS[kind][0]}", field="apiVersion/kind")
-    kserve_crd.check(doc)
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder.deploy.kserve"],
-        input=json.dumps(doc),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode == 0:
-        llm.check(doc)
-        return
-    try:
-        problem = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise UserError(f"kserve validation failed: {proc.stderr.strip()[-300:]}", field="kserve") from None
-    raise UserError(problem["message"], field=problem["field"])
-
-
-def _validate_here(doc: Manifest) -> None:
-    _build(doc, KSERVE_MODELS[doc["kind"]][1], "")
-
-
-def _model_class(name: str) -> Any:
-    import kserve.models  # optional: `pip install kserve==0.21.0`
-    import kubernetes.client.models
-
-    klass = getattr(kserve.models, name, None) or getattr(kubernetes.client.models, name, None)
-    if klass is None:
-        raise UserError(f"unknown model type {name}", field="kserve")
-    return klass
-
-
-def _build(data: Any, type_name: str, path: str) -> Any:
-    """Walk ``data`` as ``type_name``: every key known, every type right, then construct the
-    model so its own checks (required fields, enums) run."""
-    if m := LIST.match(type_name):
-        _expect(data, list, path)
-        return [_build(v, m[1], f"{path}[{i}]") for i, v in enumerate(data)]
-    if m := DICT.match(type_name):
-        _expect(data, dict, path)
-        return {k: _build(v, m[1], f"{path}.{k}") for k, v in data.items()}
-    if type_name in PRIMITIVES:
-        bad_bool = isinstance(data, bool) and type_name in ("int", "float")
-        if bad_bool or not isinstance(data, PRIMITIVES[type_name]):
-            raise UserError(f"expected {type_name}, got {data!r}", field=path or "/")
-        return data
-    klass = _model_class(type_name)
-    _expect(data, dict, path)
-    keys = klass.attribute_map
-    unknown = sorted(set(data) - set(keys.values()))
-    if unknown:
-        raise UserError(f"unknown field(s) {unknown} in {type_name}", field=path or "/")
-    kwargs = {
-        attr: _build(data[key], klass.openapi_types[attr], f"{path}.{key}".lstrip("."))
-        for attr, key in keys.items()
-        if key in data
-    }
-    try:
-        return klass(**kwargs)
-    except ValueError as exc:
-        raise UserError(str(exc), field=path or "/") from None
-
-
-def _expect(data: Any, kind: type, path: str) -> None:
-    if not isinstance(data, kind):
-        raise UserError(f"expected a {kind.__name__}, got {data!r}", field=path or "/")
-
-
-if __name__ == "__main__":
-    try:
-        _validate_here(json.load(sys.stdin))
-    except UserError as exc:
-        print(json.dumps({"message": exc.message, "field": exc.field}))
-        sys.exit(3)
+    kserve_crd.check(doc, rel)
+    llm.check(doc)
+    kserve_llm.check(doc)

@@ -1,20 +1,20 @@
-"""The KServe CRD schemas the rendered objects are checked against (deploy/crds/).
+"""The KServe CRDs the written objects are checked against, as each release tag ships them.
 
-``python -m builder.deploy.kserve_crd OUT_DIR`` writes one CustomResourceDefinition per kind
-from the ``kserve`` package's models (0.21.0: the API objects as the project's pinned SDK
-knows them, with the Kubernetes models they embed): every field and its type, and as
-``required`` the fields whose setters refuse None. ``check`` validates a manifest against the
-shipped file with jsonschema, rejecting unknown fields as ``kubectl --validate=strict`` does.
+deploy/crds holds, per KServe release tag, the CRDs of the kinds written here (config/crd/full
+of kserve/kserve at that tag), trimmed to what the project writes: descriptions dropped, and
+every field the written objects never reach replaced by a marker (its name stays, so an unknown
+field is still refused). A release whose trimmed CRD equals an earlier one's points at that
+file (deploy/crds/index.yaml, with the upstream blob of each). ``check`` validates an object
+against its release's CRD with jsonschema, unknown fields refused as ``kubectl
+--validate=strict`` does; an object that reaches a trimmed field is refused too, naming it, so
+nothing passes unchecked. CEL rules (``x-kubernetes-validations``) are kept but not evaluated.
 
-Shared subtrees are emitted once under ``definitions`` and referenced (``$ref``): inlined,
-the InferenceService schema repeats the pod spec for every framework and is tens of MB.
+The stored files are written by ``python -m builder.deploy.kserve_crd_store SOURCE``.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,138 +23,135 @@ import yaml
 
 from builder.errors import UserError
 
+from .kserve_releases import KServeRelease
+
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
-KINDS = {  # kind -> (plural, version, root model)
-    "InferenceService": ("inferenceservices", "v1beta1", "V1beta1InferenceService"),
-    "ServingRuntime": ("servingruntimes", "v1alpha1", "V1alpha1ServingRuntime"),
-}
+INDEX = CRD_DIR / "index.yaml"
 GROUP = "serving.kserve.io"
-_LIST = re.compile(r"^[lL]ist\[(.+)\]$")
-_DICT = re.compile(r"^(?:dict\(|Dict\[)[^,]+, (.+)[)\]]$")
-_PRIMITIVE: dict[str, dict[str, Any]] = {
-    "str": {"type": "string"},
-    "int": {"type": "integer"},
-    "float": {"type": "number"},
-    "bool": {"type": "boolean"},
-    "object": {},
-    "datetime": {"type": "string"},
-    "bytes": {"type": "string"},
-    "ResourceQuantity": {"type": ["string", "integer", "number"]},
+TRIMMED = "x-tritonforge-trimmed"
+Schema = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    plural: str
+    version: str  # the API version written
+    upstream: str  # its file under config/crd/full at a tag
+
+    @property
+    def file_name(self) -> str:
+        return f"{GROUP}_{self.plural}.yaml"
+
+
+KINDS = {
+    "InferenceService": Kind("inferenceservices", "v1beta1", "serving.kserve.io_inferenceservices.yaml"),
+    "ServingRuntime": Kind("servingruntimes", "v1alpha1", "serving.kserve.io_servingruntimes.yaml"),
+    "LLMInferenceService": Kind(
+        "llminferenceservices", "v1alpha1", "llmisvc/serving.kserve.io_llminferenceservices.yaml"
+    ),
 }
 
 
-def _model(name: str) -> Any:
-    import kserve.models  # the kserve SDK: only where the schema is generated
-    import kubernetes.client.models
-
-    # kserve names a few Kubernetes types by their Go package (K8sIoApiAutoscalingV2...)
-    k8s_name = re.sub(r"^K8sIoApi[A-Z][a-z]+(V\d)", r"\1", name)
-    return getattr(kserve.models, name, None) or getattr(kubernetes.client.models, k8s_name, None)
+def kinds_of(rel: KServeRelease) -> list[str]:
+    return [k for k in KINDS if k != "LLMInferenceService" or rel.has_llm_inference_service]
 
 
-def _required(klass: Any) -> list[str]:
-    """The JSON names of the required fields: pydantic's (the Kubernetes client's models),
-    or those whose generated setter refuses None (kserve's own)."""
-    if hasattr(klass, "model_fields"):
-        keys = klass.attribute_map
-        return sorted(keys[a] for a, f in klass.model_fields.items() if a in keys and f.is_required())
-    from kserve.configuration import Configuration
-
-    out = []
-    for attr, key in klass.attribute_map.items():
-        obj = klass.__new__(klass)
-        obj.local_vars_configuration = Configuration()
-        try:
-            setattr(obj, attr, None)
-        except ValueError:
-            out.append(key)
-    return sorted(out)
+# Trimming (run where a kserve clone is at hand).
 
 
-def _schema(type_name: str, defs: dict[str, Any]) -> dict[str, Any]:
-    if m := _LIST.match(type_name):
-        return {"type": "array", "items": _schema(m[1], defs)}
-    if m := _DICT.match(type_name):
-        return {"type": "object", "additionalProperties": _schema(m[1], defs)}
-    if type_name in _PRIMITIVE:
-        return dict(_PRIMITIVE[type_name])
-    if type_name not in defs:
-        defs[type_name] = {}  # placeholder: the models are recursive in places
-        klass = _model(type_name)
-        if klass is None:  # named by a kserve model but not shipped in the SDK: any value
-            defs[type_name] = {"description": f"{type_name}: not in the kserve SDK, unchecked"}
-            return {"$ref": f"#/definitions/{type_name}"}
-        props = {key: _schema(klass.openapi_types[attr], defs) for attr, key in klass.attribute_map.items()}
-        body: dict[str, Any] = {"type": "object", "properties": props}
-        if req := _required(klass):
-            body["required"] = req
-        defs[type_name] = body
-    return {"$ref": f"#/definitions/{type_name}"}
+def trim(schema: Schema, values: list[Any]) -> Schema:
+    """``schema`` without descriptions, and with each field none of ``values`` holds replaced
+    by the marker."""
+    out = {k: v for k, v in schema.items() if k not in ("description", "properties", "items")}
+    if "properties" in schema:
+        out["properties"] = {
+            key: _trim_present(sub, [v[key] for v in values if isinstance(v, dict) and key in v])
+            for key, sub in schema["properties"].items()
+        }
+    if "items" in schema:
+        out["items"] = _trim_present(schema["items"], [x for v in values if isinstance(v, list) for x in v])
+    if isinstance(schema.get("additionalProperties"), dict):
+        held = [x for v in values if isinstance(v, dict) for x in v.values()]
+        out["additionalProperties"] = _trim_present(schema["additionalProperties"], held)
+    return out
 
 
-def crd(kind: str) -> dict[str, Any]:
-    plural, version, root = KINDS[kind]
-    defs: dict[str, Any] = {}
-    top = _schema(root, defs)
-    schema = {**top, "definitions": dict(sorted(defs.items()))}
+def _trim_present(schema: Schema, values: list[Any]) -> Schema:
+    return trim(schema, values) if values else {TRIMMED: True}
+
+
+def trimmed_crd(upstream: Schema, kind: str, docs: list[Any]) -> Schema:
+    (version,) = [v for v in upstream["spec"]["versions"] if v["name"] == KINDS[kind].version]
+    schema = trim(version["schema"]["openAPIV3Schema"], docs)
+    kept = {"name": version["name"], "served": version["served"], "storage": version["storage"]}
     return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
+        "apiVersion": upstream["apiVersion"],
+        "kind": upstream["kind"],
+        "metadata": {"name": upstream["metadata"]["name"]},
         "spec": {
-            "group": GROUP,
-            "names": {"kind": kind, "plural": plural},
-            "scope": "Namespaced",
-            "versions": [
-                {"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
-            ],
+            "group": upstream["spec"]["group"],
+            "names": {"kind": kind, "plural": KINDS[kind].plural},
+            "scope": upstream["spec"]["scope"],
+            "versions": [{**kept, "schema": {"openAPIV3Schema": schema}}],
         },
     }
 
 
-def crd_path(kind: str) -> Path:
-    return CRD_DIR / f"{GROUP}_{KINDS[kind][0]}.yaml"
+# Checking.
 
 
 @cache
-def _strict_schema(kind: str) -> dict[str, Any]:
-    doc = yaml.safe_load(crd_path(kind).read_text(encoding="utf-8"))
-    schema: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    for body in [schema, *schema["definitions"].values()]:
-        if "properties" in body:
-            body["additionalProperties"] = False
+def _index() -> dict[str, dict[str, dict[str, str]]]:
+    loaded: dict[str, dict[str, dict[str, str]]] = yaml.safe_load(INDEX.read_text(encoding="utf-8"))
+    return loaded
+
+
+def crd_path(kind: str, rel: KServeRelease) -> Path:
+    return CRD_DIR / _index()[rel.tag][kind]["file"]
+
+
+@cache
+def _schema(path: Path) -> Schema:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    schema: Schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    _close(schema)
     return schema
 
 
-def check(doc: dict[str, Any]) -> None:
-    """Raise UserError naming the field when ``doc`` breaks its kind's shipped CRD schema."""
-    import jsonschema  # type: ignore[import-untyped]  # with kubernetes-validate, a dev dependency
+def _close(schema: Any) -> None:
+    """Unknown fields refused wherever the CRD lists the fields and keeps no others."""
+    if not isinstance(schema, dict):
+        return
+    if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema.setdefault("additionalProperties", False)
+    for key in ("properties",):
+        for sub in schema.get(key, {}).values():
+            _close(sub)
+    for key in ("items", "additionalProperties"):
+        _close(schema.get(key))
+
+
+def _trimmed(validator: Any, value: Any, instance: Any, schema: Schema) -> Any:
+    import jsonschema  # type: ignore[import-untyped]
+
+    if value:
+        yield jsonschema.ValidationError(
+            "a field trimmed from the stored CRD: run python -m builder.deploy.kserve_crd_store"
+        )
+
+
+def check(doc: Schema, rel: KServeRelease) -> None:
+    """Raise UserError naming the field when ``doc`` breaks its kind's CRD at ``rel``."""
+    import jsonschema
 
     kind = doc.get("kind")
-    if kind not in KINDS or doc.get("apiVersion") != f"{GROUP}/{KINDS[kind][1]}":
-        raise UserError(f"no shipped KServe CRD for {doc.get('apiVersion')} {kind}", field="apiVersion/kind")
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft7Validator(_strict_schema(kind)).iter_errors(doc)
-    )
+    if kind not in kinds_of(rel) or doc.get("apiVersion") != f"{GROUP}/{KINDS[kind].version}":
+        raise UserError(
+            f"no KServe {rel.tag} CRD for {doc.get('apiVersion')} {kind}", field="apiVersion/kind"
+        )
+    path = crd_path(kind, rel)
+    checker = jsonschema.validators.extend(jsonschema.Draft7Validator, {TRIMMED: _trimmed})
+    error = jsonschema.exceptions.best_match(checker(_schema(path)).iter_errors(doc))
     if error is not None:
-        path = ".".join(str(p) for p in error.absolute_path) or "/"
-        raise UserError(f"{kind} breaks {crd_path(kind).name}: {error.message[:200]}", field=path)
-
-
-def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else CRD_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    for kind in KINDS:
-        header = f"# Generated by `python -m builder.deploy.kserve_crd` from kserve=={_sdk_version()}.\n"
-        (out / crd_path(kind).name).write_text(header + json.dumps(crd(kind), indent=1) + "\n")
-    return 0
-
-
-def _sdk_version() -> str:
-    from importlib import metadata
-
-    return metadata.version("kserve")
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        where = ".".join(str(p) for p in error.absolute_path) or "/"
+        raise UserError(f"{kind} breaks KServe {rel.tag}'s CRD: {error.message[:200]}", field=where)

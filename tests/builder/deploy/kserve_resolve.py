@@ -1,18 +1,20 @@
 """The pod KServe's controller makes from an InferenceService, by KServe's own rules, ported.
 
-Ported from kserve/kserve (read 2026-12-05):
-- pkg/apis/serving/v1beta1/inference_service_defaults.go @ 647d8ed270b6327b8ae3c394265bbd631bc3ebf6
-  and predictor_custom.go @ 0217bdabaaa250485b336805da1aed04960dc758: the webhook's
+Ported from kserve/kserve at its release tags v0.14.1, v0.15.2, v0.16.0 and v0.20.0 (the
+rules below are alike at every supported tag unless a function says where they differ):
+- pkg/apis/serving/v1beta1/inference_service_defaults.go and predictor_custom.go: the webhook's
   defaulting (``setResourceRequirementDefaults``; ``CustomPredictor.Default``; ``ModelSpec.Default``
   does nothing);
-- pkg/controller/v1beta1/inferenceservice/components/predictor.go @ 0187b4613d4d8901ce5e131e8974964b7fb7ea53:
-  ``buildPredictorResources``, ``reconcileModel`` (runtime lookup and its checks), ``buildPodSpec``;
-- pkg/controller/v1beta1/inferenceservice/utils/utils.go @ 00bd5d0669bef52785a0d4f945a741d91fd59066:
-  ``MergeRuntimeContainers`` (strategic merge, args concatenated), ``MergePodSpec``,
-  ``UpdateImageTag``;
-- pkg/utils/container_merge.go @ ec13beed11ee0448d44dcd6f18df9cfc39172fbc: ``MergeContainerWithPatch``;
-- pkg/apis/serving/v1beta1/predictor_model.go @ 00d2aa2c2869686ff0121b261a96af1aba613926:
-  ``RuntimeSupportsModel``.
+- pkg/controller/v1beta1/inferenceservice/components/predictor.go: ``buildPredictorResources``,
+  ``reconcileModel`` (runtime lookup and its checks), ``buildPodSpec``;
+- pkg/controller/v1beta1/inferenceservice/utils/utils.go: ``MergeRuntimeContainers`` (strategic
+  merge, args concatenated), ``MergePodSpec``, ``UpdateImageTag`` (per tag: see there),
+  ``GetDeploymentMode``;
+- pkg/utils/container_merge.go at v0.20.0 (``MergeContainerWithPatch``; the same strategic merge
+  inline in ``MergeRuntimeContainers`` at the earlier tags);
+- pkg/apis/serving/v1beta1/predictor_model.go: ``RuntimeSupportsModel``;
+- pkg/apis/serving/v1beta1/inference_service_validation.go: ``validateDeploymentMode``;
+- pkg/controller/v1beta1/inferenceservice/reconcilers/hpa/hpa_reconciler.go: ``checkHPAExist``.
 
 Strategic merge patch (k8s.io/apimachinery strategicpatch) is ported for what these objects
 hold: maps merge key by key, lists with a patchMergeKey in k8s.io/api/core/v1 merge by that key
@@ -114,9 +116,15 @@ def merge_runtime_container(runtime: Obj, isvc: Obj) -> Obj:
     return merged
 
 
-def update_image_tag(container: Obj, runtime_version: str | None, runtime: str) -> None:
+def update_image_tag(
+    container: Obj, runtime_version: str | None, runtime: str, version: str = "v0.20.0"
+) -> None:
+    """``UpdateImageTag``: v0.14.1 and v0.15.2 replace the tag of a digest too (the digest check
+    came with v0.16.0); v0.14.1 gives the "-gpu" suffix to TFServing and TorchServe only, v0.15.2
+    on to the Hugging Face server too (v0.20.0 reads the server type from an annotation first,
+    which no runtime here has)."""
     image = container.get("image", "")
-    if "@sha256:" in image:
+    if "@sha256:" in image and _minor(version) >= 16:
         return
     if runtime_version is not None:
         container["image"] = (
@@ -124,6 +132,8 @@ def update_image_tag(container: Obj, runtime_version: str | None, runtime: str) 
         )
         return
     server = SERVER_TYPES.get(runtime, "")
+    if _minor(version) <= 14 and server == "huggingface":
+        server = ""
     gpu = "nvidia.com/gpu" in container.get("resources", {}).get("limits", {})
     if server and TAG.search(image) and gpu and not image.endswith("-gpu"):
         container["image"] = image + "-gpu"
@@ -235,3 +245,31 @@ def hpa_reconcile(version: str, desired: Obj, existing: Obj | None) -> str:
     if equal:
         return "existed"
     return "delete" if delete else "update"
+
+
+# The deployment mode: what the controller records in the status, and the webhook's check of
+# an update against it.
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
+CHART_DEFAULT_MODE = {14: "Serverless", 15: "Serverless"}  # inferenceservice-config deploy, 0.16 on: Knative
+
+
+def recorded_deployment_mode(version: str, annotations: dict[str, str]) -> str:
+    """``GetDeploymentMode`` (pkg/controller/v1beta1/inferenceservice/utils/utils.go) on a new
+    InferenceService: at v0.14.1 and v0.15.2 RawDeployment, Serverless and ModelMesh are kept and
+    any other value gives the chart's default; from v0.16.0 RawDeployment is stored as Standard
+    and Serverless as Knative."""
+    mode = annotations.get(DEPLOYMENT_MODE)
+    if _minor(version) <= 15:
+        return mode if mode in ("RawDeployment", "Serverless", "ModelMesh") else "Serverless"
+    mode = {"RawDeployment": "Standard", "Serverless": "Knative"}.get(mode or "", mode or "")
+    return mode if mode in ("Standard", "Knative", "ModelMesh") else "Knative"
+
+
+def update_refusal(version: str, status_mode: str, annotations: dict[str, str]) -> str | None:
+    """``validateDeploymentMode`` (pkg/apis/serving/v1beta1/inference_service_validation.go at
+    v0.14.1 to v0.20.0; v0.20.0 first normalizes the status with ``ParseDeploymentMode``, which
+    already holds the normalized value): the webhook's message, or None when it admits it."""
+    mode = annotations.get(DEPLOYMENT_MODE)
+    if status_mode and mode is not None and mode != status_mode:
+        return f"update rejected: deploymentMode cannot be changed from '{status_mode}' to '{mode}'"
+    return None

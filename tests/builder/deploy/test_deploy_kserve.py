@@ -1,14 +1,14 @@
-"""The KServe objects: validated against the shipped CRD schema and the kserve package's models,
-defects caught, and the pod KServe makes from them (kserve_resolve.py, KServe's rules ported)."""
+"""The KServe objects: validated against the CRDs of each supported KServe release as its tag
+ships them, defects caught, and the pod KServe makes from them (kserve_resolve.py, KServe's rules ported)."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,17 @@ import yaml
 
 from builder.deploy import k8s, kserve
 from builder.deploy.common import STARTUP_SECONDS, DeployOptions
+from builder.deploy.kserve_releases import RELEASES
 from builder.errors import UserError
 from builder.spec import Spec, load_spec
-from tests.builder.deploy.kserve_resolve import ResolveError, hpa_reconcile, kserve_hpa, resolve
-
-# kserve is looked for without importing it: its gRPC protos clash with tritonclient's.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("kserve") is None, reason="kserve is not installed")
-
+from tests.builder.deploy.kserve_resolve import (
+    ResolveError,
+    hpa_reconcile,
+    kserve_hpa,
+    recorded_deployment_mode,
+    resolve,
+    update_refusal,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 REMOTE = DeployOptions(repository_url="s3://bucket/repo")
@@ -83,8 +87,8 @@ def unknown_probe_field(doc: dict[str, Any]) -> None:
     doc["spec"]["predictor"]["containers"][0]["readinessProbe"]["httpGet"]["pathh"] = "/"
 
 
-def model_without_format(doc: dict[str, Any]) -> None:
-    doc["spec"]["predictor"]["model"] = {"runtime": "tritonforge-triton", "storageUri": "s3://b/r"}
+def model_format_without_name(doc: dict[str, Any]) -> None:
+    doc["spec"]["predictor"]["model"] = {"modelFormat": {"version": "2"}, "storageUri": "s3://b/r"}
 
 
 def wrong_kind(doc: dict[str, Any]) -> None:
@@ -94,7 +98,7 @@ def wrong_kind(doc: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "plant",
     [misspelt, no_predictor, replicas_as_text, mount_without_path, unknown_probe_field, wrong_kind,
-     model_without_format],
+     model_format_without_name],
 )  # fmt: skip
 def test_planted_defects_fail_validation(spec: Spec, plant: Any) -> None:
     doc = copy.deepcopy(kserve.inference_service(spec, DeployOptions()))
@@ -133,8 +137,8 @@ def test_planted_defects_in_the_llm_inference_service_fail(spec: Spec) -> None:
 # Resolved pods: what KServe's controller makes of the rendered objects.
 
 MAKEFILE_IMAGE = re.search(r"^IMAGE \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-# KServe's own Triton runtime, config/runtimes/kserve-tritonserver.yaml @
-# 94adc24f1e19a6bdc44120971d419f16134cd39b, its image as the chart sets it
+# KServe's own Triton runtime, config/runtimes/kserve-tritonserver.yaml at v0.20.0, its image as
+# config/runtimes/kustomization.yaml sets it
 KSERVE_TRITON_RUNTIME: dict[str, Any] = {
     "kind": "ClusterServingRuntime",
     "metadata": {"name": "kserve-tritonserver"},
@@ -212,10 +216,10 @@ def test_the_pod_keeps_plans_on_the_engine_cache_and_has_time_to_build_them(
     assert docs["engine-cache-pvc.yaml"] == k8s.engine_cache(opts)  # the Kubernetes path's claim
     probe = c["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= STARTUP_SECONDS
-    # RawDeployment: a Deployment whose startup probe bounds the build, no Knative progress deadline
-    assert docs["inferenceservice.yaml"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == (
-        "RawDeployment"
-    )
+    # RawDeployment (Standard from 0.16): a Deployment whose startup probe bounds the build, no
+    # Knative progress deadline
+    mode = docs["inferenceservice.yaml"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"]
+    assert mode == "Standard"
 
 
 def test_the_resolved_pods_pass_kubernetes_validate_strict(spec: Spec) -> None:
@@ -289,8 +293,8 @@ def test_kserve_leaves_the_projects_hpas_alone(spec: Spec, version: str) -> None
         for isvc in (d for d in docs.values() if d["kind"] == "InferenceService"):
             desired = kserve_hpa(isvc)
             assert hpa_reconcile(version, desired, ours.get(desired["metadata"]["name"])) == "skip"
-        for hpa in ours.values():  # and each still scales the Deployment KServe makes
-            assert hpa["spec"]["scaleTargetRef"]["name"].endswith("-predictor")
+        for hpa in ours.values():  # and each still scales a Deployment KServe makes
+            assert hpa["spec"]["scaleTargetRef"]["name"].endswith(("-predictor", "-kserve"))
 
 
 def test_the_hpa_reconciler_port_takes_what_it_does_not_own() -> None:
@@ -308,3 +312,44 @@ def test_the_hpa_reconciler_port_takes_what_it_does_not_own() -> None:
     assert hpa_reconcile("v0.20.0", desired, owned) == "delete"
     assert hpa_reconcile("v0.20.0", desired, None) == "skip"
     assert hpa_reconcile("v0.20.0", kserve_hpa({"metadata": {"name": "m"}}), None) == "create"
+
+
+ALL_RELEASES = list(RELEASES)
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_each_release_keeps_raw_deployment_and_admits_an_update(spec: Spec, version: str) -> None:
+    """Applied twice (a create, then an update of the same objects), as KServe's controller and
+    webhook at that tag see it: a Deployment, never Knative, and no refusal."""
+    for opts in (DeployOptions(kserve_version=version), replace(REMOTE, kserve_version=version)):
+        for doc in kserve.manifests(spec, opts).values():
+            if doc["kind"] != "InferenceService":
+                continue
+            annotations = doc["metadata"]["annotations"]
+            kserve.validate(doc, opts)
+            stored = recorded_deployment_mode(version, annotations)
+            assert stored in ("RawDeployment", "Standard")
+            assert update_refusal(version, stored, annotations) is None
+
+
+def test_raw_deployment_spelt_the_old_way_is_refused_on_update_from_0_16() -> None:
+    old = {"serving.kserve.io/deploymentMode": "RawDeployment"}
+    assert update_refusal("v0.15.2", recorded_deployment_mode("v0.15.2", old), old) is None
+    stored = recorded_deployment_mode("v0.16.0", old)
+    assert update_refusal("v0.16.0", stored, old) == (
+        "update rejected: deploymentMode cannot be changed from 'Standard' to 'RawDeployment'"
+    )
+    assert (
+        recorded_deployment_mode("v0.15.2", {"serving.kserve.io/deploymentMode": "Standard"}) == "Serverless"
+    )
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_every_object_validates_against_its_releases_crds(spec: Spec, version: str) -> None:
+    rel = RELEASES[version]
+    for opts in (DeployOptions(kserve_version=version), replace(REMOTE, kserve_version=version)):
+        docs = kserve.manifests(spec, opts)
+        kinds = {d["kind"] for d in docs.values()}
+        assert ("LLMInferenceService" in kinds) == rel.has_llm_inference_service
+        for doc in docs.values():
+            kserve.validate(doc, opts)

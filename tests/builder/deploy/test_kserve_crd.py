@@ -1,42 +1,39 @@
-"""The CRD schemas in deploy/crds: what the kserve package's models give, and strict."""
+"""The KServe CRDs in deploy/crds: each supported release tag's, as KServe ships it (trimmed to
+what the project writes), strict, and refusing what reaches a trimmed field."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
+import copy
 from typing import Any
 
 import pytest
 import yaml
 
 from builder.deploy import kserve_crd
+from builder.deploy.kserve_releases import RELEASES, release
 from builder.errors import UserError
 
-needs_kserve = pytest.mark.skipif(
-    importlib.util.find_spec("kserve") is None, reason="kserve is not installed"
-)
+LATEST = release("0.20")
 
 
-@needs_kserve
-def test_shipped_crds_are_what_the_kserve_package_gives(tmp_path: Path) -> None:
-    # in a child process: kserve's gRPC protos clash with tritonclient's in one process
-    cmd = [sys.executable, "-m", "builder.deploy.kserve_crd", str(tmp_path)]
-    subprocess.run(cmd, check=True, cwd=kserve_crd.CRD_DIR.parents[1], timeout=120)
-    for kind in kserve_crd.KINDS:
-        shipped = kserve_crd.crd_path(kind)
-        assert (tmp_path / shipped.name).read_text() == shipped.read_text(), (
-            "run `python -m builder.deploy.kserve_crd`"
-        )
-
-
-def test_required_fields_come_from_the_models() -> None:
-    doc = yaml.safe_load(kserve_crd.crd_path("ServingRuntime").read_text())
-    defs = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["definitions"]
-    assert defs["V1alpha1ServingRuntimeSpec"]["required"] == ["containers"]
-    assert defs["V1VolumeMount"]["required"] == ["mountPath", "name"]
+def test_every_release_has_its_kinds_from_its_tag() -> None:
+    index = yaml.safe_load(kserve_crd.INDEX.read_text())
+    assert sorted(index) == sorted(r.tag for r in RELEASES.values())
+    for rel in RELEASES.values():
+        assert sorted(index[rel.tag]) == sorted(kserve_crd.kinds_of(rel))
+        for kind, entry in index[rel.tag].items():
+            assert entry["upstream"] == f"config/crd/full/{kserve_crd.KINDS[kind].upstream}"
+            assert len(entry["upstream_blob"]) == 40
+            path = kserve_crd.crd_path(kind, rel)
+            header = path.read_text().splitlines()[0]
+            tag = path.parent.name  # an earlier tag's file when the trimmed CRD is the same
+            assert header.startswith(f"# {kserve_crd.KINDS[kind].upstream} of kserve/kserve at {tag}")
+            crd = yaml.safe_load(path.read_text())
+            (version,) = crd["spec"]["versions"]
+            assert version["name"] == kserve_crd.KINDS[kind].version and version["served"]
+            assert (
+                "$ref" not in path.read_text() and "definitions" not in version["schema"]["openAPIV3Schema"]
+            )
 
 
 def runtime() -> dict[str, Any]:
@@ -50,23 +47,21 @@ def runtime() -> dict[str, Any]:
 
 
 def test_a_valid_runtime_passes() -> None:
-    kserve_crd.check(runtime())
+    kserve_crd.check(runtime(), LATEST)
 
 
 @pytest.mark.parametrize(
-    ("path", "value", "field"),
+    ("path", "value", "field", "message"),
     [
-        (("spec", "containers", 0, "imagePolicy"), "x", "spec.containers.0"),  # unknown field
-        (
-            ("spec", "supportedModelFormats", 0, "autoSelect"),
-            "yes",
-            "spec.supportedModelFormats.0.autoSelect",
-        ),
-        (("spec", "containers"), None, "spec"),  # required
+        (("spec", "containers", 0, "imagePolicy"), "x", "spec.containers.0", "imagePolicy"),  # unknown
+        (("spec", "supportedModelFormats", 0, "autoSelect"), "yes", "spec.supportedModelFormats.0.autoSelect",
+         "boolean"),
+        (("spec", "containers", 0, "name"), None, "spec.containers.0", "name"),  # required
+        (("spec", "containers", 0, "stdin"), True, "spec.containers.0.stdin", "trimmed"),  # real, not written
     ],
-)
-def test_defects_name_the_field(path: tuple[Any, ...], value: Any, field: str) -> None:
-    doc = json.loads(json.dumps(runtime()))
+)  # fmt: skip
+def test_defects_name_the_field(path: tuple[Any, ...], value: Any, field: str, message: str) -> None:
+    doc = copy.deepcopy(runtime())
     node = doc
     for key in path[:-1]:
         node = node[key]
@@ -74,11 +69,31 @@ def test_defects_name_the_field(path: tuple[Any, ...], value: Any, field: str) -
         del node[path[-1]]
     else:
         node[path[-1]] = value
-    with pytest.raises(UserError) as err:
-        kserve_crd.check(doc)
+    with pytest.raises(UserError, match=message) as err:
+        kserve_crd.check(doc, LATEST)
     assert err.value.field == field
 
 
-def test_a_kind_without_a_shipped_crd_is_refused() -> None:
-    with pytest.raises(UserError, match="no shipped KServe CRD"):
-        kserve_crd.check({**runtime(), "kind": "InferenceGraph"})
+def test_a_kind_the_release_lacks_is_refused() -> None:
+    llm = {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "LLMInferenceService",
+        "metadata": {},
+        "spec": {},
+    }
+    with pytest.raises(UserError, match=r"no KServe v0\.15\.2 CRD"):
+        kserve_crd.check(llm, release("0.15"))
+    with pytest.raises(UserError, match="no KServe"):
+        kserve_crd.check({**runtime(), "kind": "InferenceGraph"}, LATEST)
+
+
+def test_trimming_keeps_every_field_name_and_marks_the_unwritten() -> None:
+    schema = {
+        "type": "object",
+        "description": "d",
+        "properties": {"a": {"type": "string"}, "b": {"type": "object"}},
+    }
+    assert kserve_crd.trim(schema, [{"a": "x"}]) == {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {kserve_crd.TRIMMED: True}},
+    }

@@ -93,3 +93,14 @@ def test_a_runtime_that_is_missing_or_disabled_is_refused() -> None:
     }
     with pytest.raises(ResolveError, match="disabled"):
         resolve(isvc, {"rt": runtime})
+
+
+def test_update_image_tag_follows_the_release() -> None:
+    digest = {"image": "tritonforge@sha256:ab12"}
+    update_image_tag(digest, "25.10-py3", "tritonforge-triton", version="v0.15.2")
+    assert digest["image"] == "tritonforge@sha256:25.10-py3"  # no digest check before v0.16.0
+    gpu = {"image": "hf:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    update_image_tag(gpu, None, "kserve-huggingfaceserver", version="v0.14.1")
+    assert gpu["image"] == "hf:1"
+    update_image_tag(gpu, None, "kserve-huggingfaceserver", version="v0.15.2")
+    assert gpu["image"] == "hf:1-gpu"
