@@ -40,7 +40,7 @@ from builder.records import (
     VerificationReport,
 )
 from builder.sources import export, source_of
-from builder.spec import ModelSpec, Precision, Smoothing, Spec, load_spec
+from builder.spec import ModelSpec, Precision, Smoothing, Spec, Variant, load_spec
 from builder.stages.inputs import (
     CheckInputs,
     ExportInputs,
@@ -53,6 +53,7 @@ from builder.stages.inputs import (
     VerifyInputs,
     data_fingerprint,
     int8_recipe,
+    kernel_flags,
 )
 from builder.targets import TARGETS, Target, resolve
 from builder.targets.base import unknown_serve_targets
@@ -175,12 +176,12 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
     out.stages += [export, check, reference]
     out.reference_dir = reference.out
     _variants(model, check, ctx, target, out)
-    for precision, path in list(out.variants.items()):
+    for variant, path in list(out.variants.items()):
         try:
-            out.reports[precision] = _verified(model, precision, path, reference, ctx, out)
-        except ModelRefused as exc:  # ORT refusing the variant's file, or failing to run it
-            del out.variants[precision]
-            out.reports[precision] = _dropped(precision, f"verify-{precision.value}", exc)
+            out.reports[variant] = _verified(model, variant, path, reference, ctx, out)
+        except ModelRefused as exc:  # a runtime refusing the variant's file, or failing to run it
+            del out.variants[variant]
+            out.reports[variant] = _dropped(variant, f"verify-{variant.name}", exc)
     _report_failures(out, ctx)
     return out
 
@@ -208,9 +209,9 @@ def _run_user(
         ) from None
 
 
-def _dropped(precision: Precision, stage: str, exc: ModelRefused) -> VerificationReport:
+def _dropped(variant: Variant, stage: str, exc: ModelRefused) -> VerificationReport:
     """A variant that could not be made or run: reported like one out of tolerance."""
-    return VerificationReport(precision, False, {}, [f"{stage} stage failed: {reason(exc)}"])
+    return VerificationReport(variant, False, {}, [f"{stage} stage failed: {reason(exc)}"])
 
 
 def _run(
@@ -233,22 +234,55 @@ def _sha(stage: StageResult) -> str:
 def _variants(
     model: ModelSpec, check: StageResult, ctx: BuildContext, target: Target, out: ModelBuild
 ) -> None:
+    """Each precision's graph, then every variant (a precision on a runtime) whose graph was made."""
+    graphs = _graphs(model, check, ctx, target, out)
+    for variant in model.variants():
+        graph = graphs.get(variant.precision.graph)
+        if graph is not None:
+            out.variants[variant] = graph
+
+
+def _graphs(
+    model: ModelSpec, check: StageResult, ctx: BuildContext, target: Target, out: ModelBuild
+) -> dict[Precision, Path]:
+    """The ONNX graph of each precision (bf16 runs the FP32 graph); a precision that cannot be
+    made is reported on each of its variants. A graph that is already quantized is not quantized
+    or halved again: it is served as it comes (its own precision), as the fp32 variant."""
     fp32 = check.out / "model.onnx"
-    for precision in model.precisions:
+    graphs: dict[Precision, Path] = {}
+    quantized = _already_quantized(fp32)
+    for precision in dict.fromkeys(p.graph for p in model.precisions):
+        if quantized and precision is not Precision.FP32:
+            _refuse(model, precision, out, ModelRefused(f"the graph is already quantized ({quantized})"))
+            continue
         try:
             variant = _variant(model, precision, fp32, check, ctx, target)
         except ModelRefused as exc:  # onnxruntime.quantization and ORT refuse some graphs
-            out.reports[precision] = _dropped(precision, precision.value, exc)
+            _refuse(model, precision, out, exc)
             continue
         if variant is None:
-            out.variants[precision] = fp32
+            graphs[precision] = fp32
             continue
         out.stages.append(variant)
         if variant.info.get("note"):
             ctx.log(f"[{model.name}] variant {precision.value}: {variant.info['note']}")
-        out.variants[precision] = variant.out / "model.onnx"
+        graphs[precision] = variant.out / "model.onnx"
         if precision is Precision.INT8 and (variant.out / "calibration.cache").is_file():
             out.calibration_table = variant.out / "calibration.cache"
+    return graphs
+
+
+def _refuse(model: ModelSpec, precision: Precision, out: ModelBuild, exc: ModelRefused) -> None:
+    for variant in model.variants():
+        if variant.precision.graph is precision:
+            out.reports[variant] = _dropped(variant, precision.value, exc)
+
+
+def _already_quantized(graph: Path) -> str:
+    """What makes ``graph`` quantized already (``12 QuantizeLinear``), or ``""``."""
+    from builder.stages.quantized import quantized_ops
+
+    return ", ".join(f"{n} {op}" for op, n in quantized_ops(graph).items())
 
 
 def _variant(
@@ -282,18 +316,20 @@ def _opset_conversion(check: StageResult) -> dict[str, bool]:
 
 def _verified(
     model: ModelSpec,
-    precision: Precision,
+    variant: Variant,
     path: Path,
     reference: StageResult,
     ctx: BuildContext,
     out: ModelBuild,
 ) -> VerificationReport:
     inputs = VerifyInputs(
-        variant_sha256=file_hash(path), reference_key=reference.key, tolerance=model.tolerances[precision],
-        opt_batch=model.opt_batch(), threads=model.serve.threads,
+        variant_sha256=file_hash(path), reference_key=reference.key,
+        tolerance=model.tolerances[variant.precision], opt_batch=model.opt_batch(),
+        threads=model.serve.threads, runtime=variant.runtime.value, precision=variant.precision.value,
+        cpu=kernel_flags(),
     )  # fmt: skip
-    verify = _run(ctx, model, inputs, lambda d: _verify(model, precision, path, reference.out),
-                  stage=f"verify-{precision.value}")  # fmt: skip
+    verify = _run(ctx, model, inputs, lambda d: _verify(model, variant, path, reference.out),
+                  stage=f"verify-{variant.name}")  # fmt: skip
     out.stages.append(verify)
     return VerificationReport.from_json(cast(ReportJson, verify.info))
 
@@ -392,15 +428,12 @@ def _smoothed(fp32: Path, smooth: Smoothing | None, samples: Samples, out: Path)
         raise SpecError(str(exc), field="smooth.nodes") from None
 
 
-def _verify(model: ModelSpec, precision: Precision, path: Path, ref_dir: Path) -> Info:
-    from builder.stages.verify import time_variant, verify_variant
+def _verify(model: ModelSpec, variant: Variant, path: Path, ref_dir: Path) -> Info:
+    from builder.stages.verify import verify_variant
 
     inputs = dict(np.load(ref_dir / "inputs.npz", allow_pickle=False))
     reference = dict(np.load(ref_dir / "reference.npz", allow_pickle=False))
-    report = verify_variant(model, precision, path, inputs, reference)
-    if report.passed:
-        report = report.timed(time_variant(model, path, inputs))
-    return dict(report.to_json())
+    return dict(verify_variant(model, variant, path, inputs, reference).to_json())
 
 
 def _artifact(path: Path) -> Info:
@@ -417,7 +450,14 @@ def _settle(produced: Path, wanted: Path) -> None:
 
 def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOptions) -> EngineSummary:
     inputs = [
-        EngineInput(b.spec, dict(b.variants), b.passed, b.served, b.calibration_table, b.reference_dir)
+        EngineInput(
+            b.spec,
+            b.graphs(),
+            _onnxruntime(b.passed),
+            _served_precision(b),
+            b.calibration_table,
+            b.reference_dir,
+        )
         for b in builds
         if b.reference_dir is not None
     ]
@@ -429,10 +469,21 @@ def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOption
     return engines.summary()
 
 
+def _onnxruntime(variants: list[Variant]) -> list[Precision]:
+    """The precisions verified on ONNX Runtime: the graphs TensorRT plans are checked against."""
+    return [v.precision for v in variants if v == Variant(v.precision)]
+
+
+def _served_precision(b: ModelBuild) -> Precision | None:
+    """The served variant's precision, where its graph is one a TensorRT plan can start from."""
+    graph = b.served.precision.graph if b.served is not None else None
+    return graph if graph in b.graphs() else None
+
+
 def _report_failures(b: ModelBuild, ctx: BuildContext) -> None:
-    for precision, report in b.reports.items():
+    for variant, report in b.reports.items():
         if not report.passed:
-            ctx.log(f"[{b.spec.name}] variant {precision.value} not published: {'; '.join(report.failures)}")
+            ctx.log(f"[{b.spec.name}] variant {variant.name} not published: {'; '.join(report.failures)}")
     if not b.passed:
         first = next(iter(b.reports.values()))
         raise VerificationError(

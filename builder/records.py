@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypedDict
 
 from builder.cache import StageCache, StageResult
 from builder.errors import UserError
-from builder.spec import ModelSpec, Precision, Spec
+from builder.spec import ModelSpec, Precision, Runtime, Spec, Variant
 from builder.spec.llm import LLMDType, LLMSpec
 
 Log = Callable[[str], None]
@@ -51,12 +51,15 @@ class MetricsJson(TypedDict):
     exact: bool | None
 
 
-class ReportJson(TypedDict):
+class ReportJson(TypedDict, total=False):
     precision: str
+    runtime: str
     passed: bool
     metrics: dict[str, MetricsJson]
     failures: list[str]
     ms_per_sample: float | None
+    computed_in: str | None  # the precision the runtime reports it used (OpenVINO's, read back)
+    batch_max_diff: float | None  # a request's largest change alone vs in a batch, relative
 
 
 @dataclass(frozen=True)
@@ -83,18 +86,36 @@ class OutputMetrics:
                    None if exact is None else bool(exact))  # fmt: skip
 
 
+# A request's outputs alone and inside a batch may differ by float rounding (another kernel
+# blocking), never by more: relative to the row's largest value. Measured: fp32 and static Q/DQ
+# INT8 differ by 3e-8, ONNX Runtime's dynamic INT8 (one scale for the whole batch) by 5e-2.
+BATCH_INVARIANCE = 1e-4
+
+
 @dataclass(frozen=True)
 class VerificationReport:
-    """One variant against the source model: metrics per output, failures, in-process speed."""
+    """One variant against the source model: metrics per output, failures, in-process speed, the
+    precision it was computed in, and how far a request's answer moves with its batch mates."""
 
-    precision: Precision
+    variant: Variant
     passed: bool
     metrics: dict[str, OutputMetrics]
     failures: list[str]
     ms_per_sample: float | None = None
+    computed_in: str | None = None
+    batch_max_diff: float | None = None  # None: not checked (no batching, or the variant failed)
+
+    @property
+    def precision(self) -> Precision:
+        return self.variant.precision
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a request gets the same answer alone as in any batch (unchecked counts as so)."""
+        return self.batch_max_diff is None or self.batch_max_diff <= BATCH_INVARIANCE
 
     def timed(self, ms_per_sample: float) -> VerificationReport:
-        return VerificationReport(self.precision, self.passed, self.metrics, self.failures, ms_per_sample)
+        return replace(self, ms_per_sample=ms_per_sample)
 
     def worst(self) -> str:
         """The worst checked figure, for one line of the summary: ``min cos 0.9987``, ``exact``."""
@@ -107,18 +128,23 @@ class VerificationReport:
 
     def to_json(self) -> ReportJson:
         return ReportJson(
-            precision=self.precision.value,
+            precision=self.variant.precision.value,
+            runtime=self.variant.runtime.value,
             passed=self.passed,
             metrics={name: m.to_json() for name, m in self.metrics.items()},
             failures=list(self.failures),
             ms_per_sample=_finite(self.ms_per_sample),
+            computed_in=self.computed_in,
+            batch_max_diff=_finite(self.batch_max_diff),
         )
 
     @classmethod
     def from_json(cls, raw: ReportJson) -> VerificationReport:
         metrics = {name: OutputMetrics.from_json(m) for name, m in raw["metrics"].items()}
-        return cls(Precision(raw["precision"]), bool(raw["passed"]), metrics, list(raw["failures"]),
-                   _num(raw["ms_per_sample"]))  # fmt: skip
+        variant = Variant(Precision(raw["precision"]), Runtime(raw.get("runtime", Runtime.ONNXRUNTIME.value)))
+        return cls(variant, bool(raw["passed"]), metrics, list(raw["failures"]),
+                   _num(raw["ms_per_sample"]), raw.get("computed_in"),
+                   _num(raw.get("batch_max_diff")))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,25 +169,29 @@ class ModelBuild:
     """What the stages produced for one core model."""
 
     spec: ModelSpec
-    variants: dict[Precision, Path] = field(default_factory=dict)
-    reports: dict[Precision, VerificationReport] = field(default_factory=dict)
+    variants: dict[Variant, Path] = field(default_factory=dict)  # each variant's ONNX graph
+    reports: dict[Variant, VerificationReport] = field(default_factory=dict)
     stages: list[StageResult] = field(default_factory=list)
     calibration_table: Path | None = None
     reference_dir: Path | None = None  # evaluation inputs and the source model's outputs
-    served: Precision | None = None
+    served: Variant | None = None
 
     @property
-    def passed(self) -> list[Precision]:
-        return [p for p in self.variants if self.reports[p].passed]
+    def passed(self) -> list[Variant]:
+        return [v for v in self.variants if self.reports[v].passed]
+
+    def graphs(self, runtime: Runtime = Runtime.ONNXRUNTIME) -> dict[Precision, Path]:
+        """The ONNX graph of each precision ``runtime`` verified (what TensorRT plans start from)."""
+        return {v.precision: path for v, path in self.variants.items() if v.runtime is runtime}
 
     @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.stages if not s.skipped)
 
-    def fastest(self, among: list[Precision]) -> Precision | None:
+    def fastest(self, among: list[Variant]) -> Variant | None:
         """The variant of ``among`` with the least measured in-process time per sample."""
-        timed = [p for p in among if self.reports[p].ms_per_sample is not None]
-        return min(timed, key=lambda p: self.reports[p].ms_per_sample or 0.0, default=None)
+        timed = [v for v in among if self.reports[v].ms_per_sample is not None]
+        return min(timed, key=lambda v: self.reports[v].ms_per_sample or 0.0, default=None)
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,10 @@ def repository_key(r: Repository) -> str:
         __version__,
         r.target.name,
         spec.model_dump(mode="json"),
-        [(b.spec.name, [s.key for s in b.stages], b.served, b.passed) for b in r.builds],
+        [
+            (b.spec.name, [s.key for s in b.stages], str(b.served), [v.name for v in b.passed])
+            for b in r.builds
+        ],
         # The served dtype too: dtype auto's choice is a measurement, not a function of the keys.
         [(lb.spec.name, [s.key for s in lb.stages], lb.verdict.dtype.value) for lb in r.llms],
         tree_hash(PACKAGES),
@@ -174,10 +177,10 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
         artifacts.update(_write_entry(entry, b.spec.outputs, r.ctx, root))
     return {
         "kind": "onnx",
-        "served": b.served.value,
-        "published": {e.name: e.variant.value for e in entries if e.variant is not None},
+        "served": b.served.name,
+        "published": {e.name: e.variant.name for e in entries if e.variant is not None},
         "stages": _stages(b.stages),
-        "verification": {p.value: report.to_json() for p, report in b.reports.items()},
+        "verification": {v.name: report.to_json() for v, report in b.reports.items()},
         "artifacts": artifacts,
     }
 

@@ -54,8 +54,8 @@ def _lines(row: tuple[str, ...]) -> list[tuple[str, ...]]:
 
 
 def _row(b: ModelBuild) -> tuple[str, ...]:
-    served = b.served.value if b.served else "-"
-    published = ", ".join(p.value for p in b.passed)
+    served = b.served.name if b.served else "-"
+    published = ", ".join(v.name for v in b.passed)
     checks = "; ".join(_metric(report) for report in b.reports.values())
     size = b.variants[b.served].stat().st_size if b.served else 0
     skipped = all(s.skipped for s in b.stages)
@@ -74,7 +74,9 @@ def _llm_row(lb: LLMBuild) -> tuple[str, ...]:
 
 def _metric(report: VerificationReport) -> str:
     mark = "ok" if report.passed else "FAILED"
-    return f"{report.precision.value} {mark} {report.worst()}".strip()
+    computed = f" ({report.computed_in})" if report.computed_in and report.passed else ""
+    moves = "" if report.batch_invariant else " alone"  # its answer moves with batch mates
+    return f"{report.variant.name} {mark} {report.worst()}{computed}{moves}".strip()
 
 
 def _mib(n: int) -> str:

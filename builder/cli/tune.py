@@ -127,7 +127,7 @@ def execute(plan: TunePlan, args: argparse.Namespace) -> TuneOutcome:
     with tempfile.TemporaryDirectory(prefix="tritonforge-tune-") as scratch:
         work = args.work or Path(scratch)
         with Bench(plan.spec, plan.spec_file, plan.model, work, plan.settings, log=stderr_line) as bench:
-            stderr_line(f"tune: {plan.model} ({bench.variant.value}) on {bench.server.http_url}, "
+            stderr_line(f"tune: {plan.model} ({bench.variant.name}) on {bench.server.http_url}, "
                         f"p99 <= {args.p99_ms:g} ms")  # fmt: skip
             result = search(
                 plan.space, plan.default, bench.measure, args.p99_ms, limits=plan.limits,
@@ -140,7 +140,7 @@ def execute(plan: TunePlan, args: argparse.Namespace) -> TuneOutcome:
                 confirm = side_by_side(
                     plan.default, result.chosen.candidate, bench.measure, args.p99_ms, plan.limits.concurrency
                 )
-            variant = bench.variant.value
+            variant = bench.variant.name
     return TuneOutcome(result, variant, confirm, time.monotonic() - plan.started)
 
 

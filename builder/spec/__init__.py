@@ -35,6 +35,11 @@ from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
 from builder.spec.llm import LLMSpec
 from builder.spec.sequence import SequenceSpec, check_sequence
+from builder.spec.variant import RUNS, variants_of
+from builder.spec.variant import Precision as Precision  # re-exported: the spec's precisions
+from builder.spec.variant import Runtime as Runtime
+from builder.spec.variant import Variant as Variant
+from builder.spec.variant import as_variant as as_variant
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -59,17 +64,6 @@ class OmitsUnset(BaseModel):
             if getattr(self, name) is None:
                 data.pop(name, None)
         return data
-
-
-class Precision(str, Enum):
-    """Variants of a model. ``int8`` is static, calibrated, explicit Q/DQ (what
-    TensorRT consumes); ``int8_dynamic`` is ONNX Runtime's dynamic quantization,
-    for the CPU targets only (TensorRT has no kernels for it)."""
-
-    FP32 = "fp32"
-    FP16 = "fp16"
-    INT8 = "int8"
-    INT8_DYNAMIC = "int8_dynamic"
 
 
 class ImageFormat(str, Enum):
@@ -274,27 +268,38 @@ class Warmup(Strict):
 
 
 class Serve(OmitsUnset):
-    """Which verified variant each target serves (``<target>: <precision>``, checked against
-    the registered targets by the build); unset = the fastest that passed."""
+    """Which verified variant each target serves: ``<target>: <precision>`` or a list of them
+    (checked against the registered targets by the build), on ``runtime`` where it is set; unset =
+    the fastest that passed."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    __pydantic_extra__: dict[str, Precision] = Field(init=False)
+    __pydantic_extra__: dict[str, Precision | list[Precision]] = Field(init=False)
 
-    threads: Annotated[int, Field(ge=0)] = 0  # ORT intra-op threads (0 = ORT's default)
+    threads: Annotated[int, Field(ge=0)] = 0  # intra-op threads of either runtime (0 = its default)
     # Whether ONNX Runtime's idle intra-op workers spin waiting for work (the local target's
     # onnx_runner, parameter allow_spinning); unset = spin only where the instances' threads
     # leave a core of the serving machine free. Which is faster depends on the serving machine's
     # other load, so `tritonforge tune` measures it.
     # The cpu target's onnxruntime backend has no such setting: it is not written there.
     spinning: bool | None = None
+    runtime: Runtime | None = None  # the runtime every target serves on; unset = the fastest verified
 
-    LATER = ("spinning",)
+    LATER = ("spinning", "runtime")
 
-    def variants(self) -> dict[str, Precision]:
+    def variants(self) -> dict[str, Precision | list[Precision]]:
         return dict(self.__pydantic_extra__ or {})
 
+    def choices(self, target: str) -> list[Precision]:
+        """The precisions ``target`` may serve; empty: any that passed."""
+        wanted = self.variants().get(target)
+        if wanted is None:
+            return []
+        return list(wanted) if isinstance(wanted, list) else [wanted]
+
     def variant(self, target: str) -> Precision | None:
-        return self.variants().get(target)
+        """The one precision named for ``target``, or None (unset, or a choice of several)."""
+        choices = self.choices(target)
+        return choices[0] if len(choices) == 1 else None
 
 
 class ModelSpec(Strict, OmitsUnset):
@@ -310,6 +315,9 @@ class ModelSpec(Strict, OmitsUnset):
     instances: Instances = Instances()
     profiles: list[Profile] = []
     precisions: Annotated[list[Precision], Field(min_length=1)] = [Precision.FP32]
+    # The runtimes each precision is verified and timed on; unset: every runtime (a runtime that
+    # cannot be had on the building host is left out there, saying why).
+    runtimes: Annotated[list[Runtime], Field(min_length=1)] | None = None
     calibration: Calibration | None = None
     int8_dynamic: DynamicInt8 = DynamicInt8()
     evaluation: DataSpec | None = None  # unset: seeded random samples at the profile's opt shapes
@@ -321,7 +329,7 @@ class ModelSpec(Strict, OmitsUnset):
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
 
-    LATER = ("sequence", "task")
+    LATER = ("sequence", "task", "runtimes")
 
     @field_validator("source")
     @classmethod
@@ -421,9 +429,32 @@ class ModelSpec(Strict, OmitsUnset):
         for precision in self.precisions:
             if precision not in self.tolerances:
                 raise ValueError(f"tolerances: no tolerance for precision '{precision.value}'")
-        for target, wanted in self.serve.variants().items():
-            if wanted not in self.precisions:
-                raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
+        for target in self.serve.variants():
+            for wanted in self.serve.choices(target):
+                if wanted not in self.precisions:
+                    raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
+        self._check_runtimes()
+
+    def _check_runtimes(self) -> None:
+        """Each precision needs a runtime that runs it, and a pinned runtime must be wanted."""
+        _check_unique("runtimes", [r.value for r in self.wanted_runtimes])
+        made = {v.precision for v in self.variants()}
+        for precision in self.precisions:
+            if precision not in made:
+                runs = [r.value for r in Runtime if precision in RUNS[r]]
+                where = "a stateful model runs on onnxruntime only" if self.sequence else f"runtimes: {runs}"
+                raise ValueError(f"precisions: {precision.value} needs a runtime that runs it ({where})")
+        pinned = self.serve.runtime
+        if pinned is not None and pinned not in self.wanted_runtimes:
+            raise ValueError(f"serve.runtime: '{pinned.value}' is not in runtimes")
+
+    @property
+    def wanted_runtimes(self) -> list[Runtime]:
+        return list(self.runtimes) if self.runtimes is not None else list(Runtime)
+
+    def variants(self) -> list[Variant]:
+        """Every variant the build makes: each precision on each wanted runtime that runs it."""
+        return variants_of(self.precisions, self.wanted_runtimes, stateful=self.sequence is not None)
 
     # Derived values: one place for the numbers configs, profiles and perf use.
 

@@ -180,15 +180,27 @@ class Int8DynamicInputs(StageInputs):
     data: str | None  # calibration data, when smoothing uses it
 
 
+# The CPU features that decide which kernels a runtime runs, and so a variant's accuracy and speed:
+# another CPU verifies and times every variant again.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", *BF16_FLAGS, "amx_int8")
+
+
+def kernel_flags() -> list[str]:
+    return sorted(set(KERNEL_FLAGS) & cpu_flags())
+
+
 class VerifyInputs(StageInputs):
     STAGE = "verify"
-    TOOLS = ("onnxruntime", "numpy")
+    TOOLS = ("onnxruntime", "openvino", "numpy")
     CODE = ("builder.stages.verify",)
     variant_sha256: str
     reference_key: str
     tolerance: Tolerance
     opt_batch: int
     threads: int
+    runtime: str
+    precision: str
+    cpu: list[str]
 
 
 def module_fingerprint(ref: str, spec_dir: Path) -> str:

@@ -21,6 +21,7 @@ from builder.errors import SpecError
 from builder.spec import ModelSpec, TensorSpec
 from builder.spec.sequence import SequenceSpec
 from builder.stages.graph_tensors import tensor_problem
+from builder.stages.runtimes import VariantSession
 
 
 def compare_states(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
@@ -77,7 +78,7 @@ def controls(
 
 
 def run_sequence(
-    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]
+    sess: ort.InferenceSession | VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]
 ) -> dict[str, NDArray[Any]]:
     """The model's outputs over the samples as one sequence (sample axis first), states carried."""
     seq = model.sequence

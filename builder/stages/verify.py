@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import onnxruntime as ort
@@ -17,9 +17,12 @@ from numpy.typing import NDArray
 
 from builder.errors import SpecError
 from builder.progress import progress
-from builder.records import OutputMetrics, VerificationReport
-from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
+from builder.records import BATCH_INVARIANCE, OutputMetrics, VerificationReport
+from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
+from builder.stages.runtimes import VariantSession, open_variant
 from builder.stages.sessions import quiet_session
+
+Session: TypeAlias = ort.InferenceSession | VariantSession
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
@@ -37,11 +40,17 @@ def run_onnx(
     return run_session(session(path, threads), inputs, batch_size=batch_size)
 
 
+def output_names(sess: Session) -> list[str]:
+    if isinstance(sess, VariantSession):
+        return sess.output_names
+    return [o.name for o in sess.get_outputs()]
+
+
 def run_session(
-    sess: ort.InferenceSession, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
+    sess: Session, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
 ) -> dict[str, NDArray[Any]]:
     """All samples in batches; with a ``label``, a progress bar on a terminal."""
-    names = [o.name for o in sess.get_outputs()]
+    names = output_names(sess)
     count = next(iter(inputs.values())).shape[0]
     parts: list[list[NDArray[Any]]] = []
     with progress(count if label else 0, label, unit="sample") as bar:
@@ -57,7 +66,7 @@ def run_session(
 
 
 def run_model(
-    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
+    sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
 ) -> dict[str, NDArray[Any]]:
     """All samples through the model: in batches, or as one sequence of chunks for a stateful model."""
     if model.sequence is not None:
@@ -146,25 +155,30 @@ def _over(spec: TensorSpec, m: OutputMetrics, tol: Tolerance) -> list[str]:
 
 def verify_variant(
     model: ModelSpec,
-    precision: Precision,
+    variant: Variant | Precision,
     onnx_path: Path,
     inputs: dict[str, NDArray[Any]],
     reference: dict[str, NDArray[Any]],
 ) -> VerificationReport:
-    """Run the variant on ``inputs``, compare with ``reference`` under the model's tolerance."""
-    tolerance = model.tolerances.get(precision)
-    field = f"tolerances.{precision.value}"
+    """Run the variant on ``inputs``, compare with ``reference`` under its precision's tolerance,
+    check that a request's answer does not move with its batch mates, and time it as it will be
+    served (a variant whose answer moves runs each request alone: timed at batch 1)."""
+    variant = as_variant(variant)
+    tolerance = model.tolerances.get(variant.precision)
+    field = f"tolerances.{variant.precision.value}"
     if tolerance is None:
         raise SpecError("no tolerance for this precision", model=model.name, field=field)
     unknown = sorted(set(tolerance.outputs) - {o.name for o in model.outputs})
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
-    sess = session(onnx_path, model.serve.threads)
-    candidate = run_model(sess, model, inputs, label=f"verify {model.name} {precision.value}")
+    sess = open_variant(variant, onnx_path, model.serve.threads)
+    candidate = run_model(sess, model, inputs, label=f"verify {model.name} {variant.name}")
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
-    failures = [f"{precision.value}: {f}" for f in failures]
-    ms = _time_session(sess, model, inputs)
-    return VerificationReport(precision, not failures, metrics, failures, ms)
+    failures = [f"{variant.name}: {f}" for f in failures]
+    drift = batch_drift(sess, model, inputs)
+    alone = drift is not None and drift > BATCH_INVARIANCE
+    ms = _time_session(sess, model, inputs, batch=1 if alone else None)
+    return VerificationReport(variant, not failures, metrics, failures, ms, sess.computed_in, drift)
 
 
 def time_variant(
@@ -174,10 +188,53 @@ def time_variant(
     return _time_session(session(onnx_path, model.serve.threads), model, inputs, repeats=repeats)
 
 
+def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
+    """How far a request's outputs move between running alone and running inside a batch of other
+    samples (first and last place of the batch): the largest difference relative to the row's
+    largest value. None where Triton never batches the model (no batch axis, a stateful model).
+
+    Mates have the request's own shape: Triton's batcher and the onnx_runner batch only requests of
+    the same shape, so no request is ever padded to a longer mate's length."""
+    batch = min(max(model.opt_batch(), 4), model.max_batch_size)
+    if batch < 2 or model.sequence is not None:
+        return None
+    together = {k: _mixed(v, batch) for k, v in inputs.items()}
+    names = output_names(sess)
+    batched = sess.run(names, together)
+    worst = 0.0
+    for row in (0, batch - 1):
+        alone = sess.run(names, {k: v[row : row + 1] for k, v in together.items()})
+        for a, b in zip(alone, batched, strict=True):
+            worst = max(worst, _relative_change(a[0], b[row]))
+    return worst
+
+
+def _mixed(array: NDArray[Any], n: int) -> NDArray[Any]:
+    """``n`` samples whose first and last differ from their neighbours where the data allows."""
+    taken = _take(array, n)
+    if array.shape[0] > 1:
+        taken = taken.copy()
+        taken[-1] = array[-1]  # the last sample, not a repeat of the first
+    return taken
+
+
+def _relative_change(alone: NDArray[Any], batched: NDArray[Any]) -> float:
+    if alone.dtype.kind not in "fc":
+        return 0.0 if np.array_equal(alone, batched) else float("inf")
+    a, b = alone.astype(np.float64), batched.astype(np.float64)
+    scale = max(float(np.max(np.abs(b), initial=0.0)), 1e-12)
+    return float(np.max(np.abs(a - b), initial=0.0)) / scale
+
+
 def _time_session(
-    sess: ort.InferenceSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, repeats: int = 5
+    sess: Session,
+    model: ModelSpec,
+    inputs: dict[str, NDArray[Any]],
+    *,
+    repeats: int = 5,
+    batch: int | None = None,
 ) -> float:
-    batch = model.opt_batch()
+    batch = batch or model.opt_batch()
     feed = {k: _take(v, batch) for k, v in inputs.items()}
     if model.max_batch_size == 0:
         feed = {k: np.asarray(v[0]) for k, v in feed.items()}  # rank 0 stays an array

@@ -25,7 +25,7 @@ from builder.configs import (
 )
 from builder.errors import SpecError, VerificationError
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec
+from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec, Runtime, Variant
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ModelEntry:
     artifacts: dict[str, Path] = field(default_factory=dict)  # built files: name in version folder 1 -> file
     sources: dict[str, Path] = field(default_factory=dict)  # code copied into version folder 1
     texts: dict[str, str] = field(default_factory=dict)  # generated files of version folder 1
-    variant: Precision | None = None  # the variant it publishes (None: a fallback or helper model)
+    variant: Variant | None = None  # the variant it publishes (None: a fallback or helper model)
 
     @property
     def name(self) -> str:
@@ -62,16 +62,32 @@ class Target(ABC):
         """The model folders an LLM becomes on this target (its engine, its checkpoint)."""
 
     @abstractmethod
-    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
-        """The config of one served variant of a core model (also what the tuner rewrites)."""
+    def core_config(
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
+    ) -> ModelConfig:
+        """The config of one served variant of a core model (also what the tuner rewrites);
+        ``alone``: the variant's answer moves with its batch mates, so no request shares its run."""
 
-    def published(self, build: ModelBuild) -> dict[str, Precision]:
+    def serves(self, variant: Variant) -> bool:
+        """Whether this target's server can run ``variant`` (its runtime, at its precision)."""
+        return variant.runtime is Runtime.ONNXRUNTIME
+
+    def published(self, build: ModelBuild) -> dict[str, Variant]:
         """Model name -> variant: the served one under the spec's name, every other that
-        passed verification as ``<model>_<precision>``."""
+        passed verification (and that this target serves) as ``<model>_<variant>``."""
         assert build.served is not None
         names = {build.spec.name: build.served}
-        names.update({f"{build.spec.name}_{p.value}": p for p in build.passed if p is not build.served})
+        names.update(
+            {f"{build.spec.name}_{v.name}": v for v in build.passed if v != build.served and self.serves(v)}
+        )
         return names
+
+    def core_entries(self, build: ModelBuild) -> list[tuple[str, Variant, ModelConfig]]:
+        """Each published model's name, variant and config."""
+        return [
+            (name, v, self.core_config(build.spec, name, v, alone=not build.reports[v].batch_invariant))
+            for name, v in self.published(build).items()
+        ]
 
     def _serving(self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool) -> ModelConfig:
         """What every core config ends with: batching, instances and warm-up."""
@@ -104,23 +120,36 @@ class Target(ABC):
         """Refuse a spec this target cannot serve (raised before any stage runs)."""
         return None  # most targets serve every valid spec
 
-    def choose_served(self, build: ModelBuild, spec_file: Path) -> Precision:
-        """The variant the spec names for this target, else the fastest that passed."""
-        wanted = build.spec.serve.variant(self.name)
-        if wanted is not None:
-            return self._named(build, wanted, spec_file)
-        return build.fastest(build.passed) or build.passed[0]
+    def choose_served(self, build: ModelBuild, spec_file: Path) -> Variant:
+        """The fastest that passed among the variants the spec allows this target (its precisions
+        for the target, its runtime) and the target serves under the model's name."""
+        allowed = self.candidates(build)
+        fastest = build.fastest(allowed) or (allowed[0] if allowed else None)
+        if fastest is None:
+            raise self._none_allowed(build, spec_file)
+        return fastest
 
-    def _named(self, build: ModelBuild, wanted: Precision, spec_file: Path) -> Precision:
-        if wanted not in build.passed:
-            raise VerificationError(
-                f"the variant named for target '{self.name}' did not pass verification: "
-                f"{'; '.join(build.reports[wanted].failures)}",
-                file=spec_file,
-                model=build.spec.name,
-                field=f"serve.{self.name}",
-            )
-        return wanted
+    def candidates(self, build: ModelBuild) -> list[Variant]:
+        serve = build.spec.serve
+        choices, runtime = serve.choices(self.name), serve.runtime
+        return [
+            v
+            for v in build.passed
+            if self.serves(v) and (not choices or v.precision in choices) and runtime in (None, v.runtime)
+        ]
+
+    def _none_allowed(self, build: ModelBuild, spec_file: Path) -> VerificationError:
+        serve = build.spec.serve
+        wanted = [v for v in build.reports if self.serves(v) and v.precision in serve.choices(self.name)]
+        wanted = [v for v in wanted if serve.runtime in (None, v.runtime)]
+        failures = [f for v in wanted for f in build.reports[v].failures]
+        return VerificationError(
+            f"no variant named for target '{self.name}' passed verification: "
+            + ("; ".join(failures) or "none of them is made on this host"),
+            file=spec_file,
+            model=build.spec.name,
+            field=f"serve.{self.name}" if serve.choices(self.name) else "serve.runtime",
+        )
 
 
 def unknown_serve_targets(model: ModelSpec, known: list[str], spec_file: Path) -> None:

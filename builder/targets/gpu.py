@@ -17,7 +17,7 @@ from builder.errors import SpecError, VerificationError
 from builder.llm.gpu import gpu_config, gpu_model_json, gpu_multi_lora
 from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
-from builder.spec import InstanceKind, ModelSpec, Precision
+from builder.spec import InstanceKind, ModelSpec, Precision, Variant
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import adapter_files, checkpoint_files
@@ -42,22 +42,28 @@ class GpuTarget(Target):
         files = {**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)}
         return [ModelEntry(gpu_config(build.spec), files, texts=texts)]
 
-    def published(self, build: ModelBuild) -> dict[str, Precision]:
+    def published(self, build: ModelBuild) -> dict[str, Variant]:
         assert build.served is not None
         return {build.spec.name: build.served}  # one plan per model; the fallback is fp32 ONNX
 
     def check(self, model: ModelSpec, spec_file: Path) -> None:
-        if model.serve.variant(self.name) is Precision.INT8_DYNAMIC:
-            raise SpecError("int8_dynamic has no TensorRT kernels; use int8", file=spec_file,
-                            model=model.name, field="serve.gpu")  # fmt: skip
+        for precision in model.serve.choices(self.name):
+            if precision not in GPU_PREFERENCE:
+                raise SpecError(f"{precision.value} has no TensorRT kernels; use int8, fp16 or fp32",
+                                file=spec_file, model=model.name, field="serve.gpu")  # fmt: skip
 
-    def choose_served(self, build: ModelBuild, spec_file: Path) -> Precision:
-        wanted = build.spec.serve.variant(self.name)
-        if wanted is not None:
-            return self._named(build, wanted, spec_file)
+    def serves(self, variant: Variant) -> bool:
+        return variant == Variant(variant.precision) and variant.precision in GPU_PREFERENCE
+
+    def choose_served(self, build: ModelBuild, spec_file: Path) -> Variant:
+        """The TensorRT plan's precision: the one the spec names, else the first of TensorRT's
+        preference that verified on ONNX Runtime."""
+        allowed = self.candidates(build)
         for precision in GPU_PREFERENCE:
-            if precision in build.passed:
-                return precision
+            if Variant(precision) in allowed:
+                return Variant(precision)
+        if build.spec.serve.choices(self.name):
+            raise self._none_allowed(build, spec_file)
         raise VerificationError(
             "no TensorRT-compatible variant (int8, fp16, fp32) passed verification",
             file=spec_file,
@@ -65,7 +71,9 @@ class GpuTarget(Target):
             field="precisions",
         )
 
-    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
+    def core_config(
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
+    ) -> ModelConfig:
         """The TensorRT plan model (one plan per model: ``variant`` is the one it was built from)."""
         cfg = model_io_config(model, name)
         cfg.platform = "tensorrt_plan"
@@ -102,7 +110,8 @@ class GpuTarget(Target):
 
     def _fallback(self, build: ModelBuild) -> ModelEntry:
         assert build.served is not None
-        source = Precision.FP32 if Precision.FP32 in build.passed else build.served
+        fp32 = Variant(Precision.FP32)
+        source = fp32 if fp32 in build.passed else build.served
         return ModelEntry(self.fallback_config(build.spec), {ONNX_FILE: build.variants[source]})
 
 

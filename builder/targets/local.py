@@ -1,8 +1,8 @@
 """``local``: the pip-installed tritonserver, which has only the Python backend.
 
-Each core model is served by the ``onnx_runner`` Python model running ONNX Runtime
-on the CPU; every verified variant is published (``<model>_<precision>``) beside
-the served one.
+Each core model is served by the ``onnx_runner`` Python model running its variant's runtime (ONNX
+Runtime or OpenVINO) on the CPU; every verified variant is published (``<model>_<variant>``)
+beside the served one.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from builder.configs import (
 from builder.python_models import model_sources, package
 from builder.python_models.shared import onnx_contract as runner
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import Batching, ModelSpec, Precision
+from builder.spec import Batching, ModelSpec, Precision, Runtime, Variant, as_variant
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
 ONNX_RUNNER = package("onnx_runner") / "model.py"
+OPENVINO_CACHE = "openvino_cache"  # OpenVINO's compiled blobs, in the version folder
 # A stateful model's runner: the 2.51 Python backend has no implicit state, so it keeps the states.
 ONNX_SEQUENCE = package("onnx_sequence") / "model.py"
 
@@ -34,25 +35,37 @@ class LocalTarget(Target):
     serves_spinning = True
     implicit_state = False  # the onnx_sequence model keeps the states per correlation id
 
+    def serves(self, variant: Variant) -> bool:
+        return True  # the onnx_runner runs every runtime (runtimes/)
+
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
             ModelEntry(
-                self.core_config(build.spec, name, variant),
+                config,
                 {ONNX_FILE: build.variants[variant]},
                 model_sources((ONNX_RUNNER if build.spec.sequence is None else ONNX_SEQUENCE).parent),
                 variant=variant,
             )
-            for name, variant in self.published(build).items()
+            for _, variant, config in self.core_entries(build)
         ]
 
     def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
         return [vllm_python_entry(build)]
 
-    def core_config(self, model: ModelSpec, name: str, variant: Precision) -> ModelConfig:
+    def core_config(
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
+    ) -> ModelConfig:
+        variant = as_variant(variant)
         cfg = model_io_config(model, name)
         cfg.backend = "python"
-        set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, runner.PRECISION: variant.value,
+        set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, runner.PRECISION: variant.precision.value,
                              runner.INTRA_OP_THREADS: str(model.serve.threads)})  # fmt: skip
+        if variant.runtime is not Runtime.ONNXRUNTIME:
+            set_parameters(cfg, {runner.RUNTIME: variant.runtime.value})
+        if variant.runtime is Runtime.OPENVINO:
+            set_parameters(cfg, {runner.OPENVINO_CACHE: OPENVINO_CACHE})
+        if alone:
+            set_parameters(cfg, {runner.RUN_ALONE: "1"})
         if model.serve.spinning is not None:  # unset: the runner's rule (spin only with a core to spare)
             set_parameters(cfg, {runner.ALLOW_SPINNING: "1" if model.serve.spinning else "0"})
         if model.sequence is not None:

@@ -22,7 +22,7 @@ from builder.perf_inputs import real_input_data, spec_shapes
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.server import TritonServer
-from builder.spec import ModelSpec, Precision, Spec
+from builder.spec import ModelSpec, Spec, Variant
 from builder.targets import served_here
 from builder.tune.candidates import Candidate, apply
 from builder.tune.search import Point
@@ -36,12 +36,12 @@ def build_local(spec_file: Path, out: Path, log: Callable[[str], None]) -> Path:
     return out
 
 
-def served_variant(repo: Path, name: str) -> Precision:
+def served_variant(repo: Path, name: str) -> Variant:
     manifest = json.loads((repo / "manifest.json").read_text())
     here = served_here().name
     if manifest.get("target") != here:
         raise BuildError(f"{repo} was built for target '{manifest.get('target')}', tuning needs '{here}'")
-    return Precision(manifest["models"][name]["served"])
+    return Variant.parse(manifest["models"][name]["served"])
 
 
 def scratch_copy(built: Path, name: str, scratch: Path) -> Path:

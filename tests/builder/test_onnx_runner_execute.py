@@ -163,51 +163,6 @@ def test_without_batching_a_bounded_model_always_uses_its_line(runner: Any, tmp_
     assert _answered_by_the_worker(model, [Request(_x(1))])
 
 
-def test_spinning_follows_the_parameter(runner: Any) -> None:
-    one = {"instance_group": [{"count": 1}]}
-    two = {"instance_group": [{"count": 2}]}
-    assert not runner._spinning({"allow_spinning": "0"}, one)
-    assert runner._spinning({"allow_spinning": "true"}, two)
-
-
-@pytest.mark.parametrize("cores", [1, 2, 3, 4, 8, 64])
-def test_unset_spinning_follows_this_machines_cores(runner: Any, monkeypatch: Any, cores: int) -> None:
-    """Unset, workers spin only where the instances' threads leave a core free, read from the
-    same os.cpu_count() the runner sizes its threads by."""
-    monkeypatch.setattr(runner.os, "cpu_count", lambda: cores)
-    one = {"instance_group": [{"count": 1}]}
-    assert runner._spinning({"intra_op_threads": "1"}, one) is (cores > 1)
-    assert runner._spinning({"intra_op_threads": "2"}, one) is (cores > 2)
-    assert not runner._spinning({}, one)  # unset threads take every core: none is left
-    two = {"instance_group": [{"count": 2}]}
-    assert runner._spinning({"intra_op_threads": "1"}, two) is (cores > 2)
-
-
-def _entry(options: Any, key: str) -> str | None:
-    try:
-        return str(options.get_session_config_entry(key))
-    except RuntimeError:  # not set
-        return None
-
-
-def test_session_options_follow_the_spinning_parameters(runner: Any) -> None:
-    one = {"instance_group": [{"count": 1}]}
-    sleeping = runner.session_options({"allow_spinning": "0", "stop_spinning": "1"}, one)
-    assert _entry(sleeping, "session.intra_op.allow_spinning") == "0"
-    assert _entry(sleeping, "session.force_spinning_stop") is None
-    spinning = runner.session_options({"allow_spinning": "1", "intra_op_threads": "2"}, one)
-    assert _entry(spinning, "session.intra_op.allow_spinning") is None
-    assert _entry(spinning, "session.force_spinning_stop") is None
-    assert spinning.intra_op_num_threads == 2
-    during_runs = runner.session_options({"allow_spinning": "1", "stop_spinning": "true"}, one)
-    assert _entry(during_runs, "session.force_spinning_stop") == "1"
-
-
-def test_a_spare_core_is_one_the_sessions_threads_leave(runner: Any) -> None:
-    assert runner.spare_core(1, 1, 2) and runner.spare_core(2, 1, 3)
-    assert not runner.spare_core(1, 2, 2) and not runner.spare_core(2, 1, 2)
-
-
 def test_timings_are_off_unless_asked(runner: Any, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.delenv(runner.TIMINGS_ENV, raising=False)
     model = _model(tmp_path, runner)

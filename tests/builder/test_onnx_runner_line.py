@@ -3,19 +3,16 @@ policy), driven without a server: its admission, deadlines and batch forming."""
 
 from __future__ import annotations
 
-import types
-from collections.abc import Iterator
+import importlib
 from typing import Any
 
 import pytest
 
-from tests.builder.fixtures.onnx_runner import loaded_runner
-
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[Any]:
-    with loaded_runner(types.ModuleType("triton_python_backend_utils")) as module:
-        yield module
+def runner() -> Any:
+    """The line's module: it needs nothing of the backend."""
+    return importlib.import_module("builder.python_models.onnx_runner.utils.line")
 
 
 class Tensor:

@@ -1,4 +1,4 @@
-"""The contract of the ``local`` target's ONNX Runtime models (``onnx_runner``, and ``onnx_sequence``
+"""The contract of the ``local`` target's ONNX models (``onnx_runner``, and ``onnx_sequence``
 for a stateful model): the config parameters the builder writes (builder/targets/local.py,
 builder/configs.py) and the models read, declared once.
 
@@ -16,8 +16,11 @@ ONNX_FILE = "model.onnx"  # the variant's graph, and the model's default for ONN
 
 # -- config parameters (string values) -------------------------------------------------------------
 ONNX_FILE_KEY = "onnx_file"  # the graph's file name in the version folder
-PRECISION = "precision"  # the variant served (fp32, int8...), for the config's reader; no model reads it
-INTRA_OP_THREADS = "intra_op_threads"  # "0" or unset: the runner shares the cores out among instances
+PRECISION = "precision"  # the variant's precision (fp32, bf16, int8...); the OpenVINO runtime compiles for it
+RUNTIME = "runtime"  # "onnxruntime" (unset) or "openvino": the module of onnx_runner/runtimes that runs it
+RUN_ALONE = "run_alone"  # "1": each request runs on its own (its answer would move with batch mates)
+OPENVINO_CACHE = "openvino_cache"  # a folder in the version folder for OpenVINO's compiled blobs
+INTRA_OP_THREADS = "intra_op_threads"  # either runtime's threads; "0" or unset: the cores shared out
 ALLOW_SPINNING = "allow_spinning"  # "1"/"0"; unset: spin only where a core is left free
 STOP_SPINNING = "stop_spinning"  # "1": workers spin only while a run goes on (bench/runner_overhead.py)
 SEQUENCE_STATE = "sequence_state"  # onnx_sequence: its states, a JSON list of StateEntry
