@@ -32,7 +32,9 @@ from .protocol import parse_url
 
 Prompt = str | Sequence[Mapping[str, str]]
 # Bad-input errors of the model name the request field first; a gRPC stream error carries no status.
-FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output", "LoRA ")
+# ``max_tokens=``: a max_tokens above max_model_len, refused in vLLM's OpenAI server's words.
+FIELDS = ("text_input", "messages", "sampling_parameters", "priority", "exclude_input_in_output", "LoRA ",
+          "max_tokens=")  # fmt: skip
 # Inputs of the local model that Triton's vLLM backend lacks: checked against the model's metadata.
 EXTENSIONS = ("messages", "priority")
 

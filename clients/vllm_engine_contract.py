@@ -44,6 +44,9 @@ RETURNS = (
     RETURN_NUM_OUTPUT_TOKENS,
 )
 LORA_KEY = "lora_name"  # the sampling_parameters key naming a request's adapter (that backend's)
+# tritonforge's: a max_tokens of this value (the largest INT32) asks for the room the context leaves;
+# any other above max_model_len is refused, as vLLM's OpenAI server refuses it.
+TO_CONTEXT_END = 2**31 - 1
 
 # -- outputs ---------------------------------------------------------------------------------------
 TEXT_OUTPUT = "text_output"

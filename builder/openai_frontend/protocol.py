@@ -27,6 +27,7 @@ from clients.errors import (
     ServerUnavailable,
     TritonClientError,
 )
+from clients.vllm_engine_contract import TO_CONTEXT_END
 
 from .logprobs import MAX_TOP
 
@@ -53,10 +54,6 @@ REASONS: Mapping[str, str] = {
     **{name: "vLLM's server no longer takes it either: send `structured_outputs` or `response_format`"
        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar")},
 }  # fmt: skip
-# max_tokens of a request that names none and whose model has no default: the model caps it at the
-# room the context leaves (max_model_len minus the prompt), so the answer may run to the context's
-# end, as vLLM's server allows (the model's own default, for Triton's clients, is vLLM's 16).
-TO_CONTEXT_END = 2**31 - 1
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -111,6 +108,8 @@ class Call:
         ``to_context_end``: without max_tokens the answer may run to the context's end."""
         prompt = self.prompts[index]
         sampling = self.sampling if lora_name is None else {**self.sampling, "lora_name": lora_name}
+        # A request that names no max_tokens, to a model without a default, may run to the context's
+        # end, as vLLM's server allows (the model's own default, for Triton's clients, is vLLM's 16).
         if to_context_end and "max_tokens" not in sampling:
             sampling = {**sampling, "max_tokens": TO_CONTEXT_END}
         fields: dict[str, Any] = {

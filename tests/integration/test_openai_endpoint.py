@@ -133,6 +133,25 @@ def test_model_refusal_is_400(client: openai.OpenAI) -> None:
     assert "max_tokens" in caught.value.message
 
 
+def test_max_tokens_beyond_the_context_is_400_as_vllms_server_words_it(client: openai.OpenAI) -> None:
+    """vLLM's server refuses a max_tokens above max_model_len (whole or streamed) and caps one that
+    fits max_model_len but not beside the prompt at the room left (it stops with "length")."""
+    beyond = SHARED_MAX_MODEL_LEN + 1
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=beyond, stream=stream)  # type: ignore[call-overload]
+        body = caught.value.body
+        assert caught.value.status_code == 400 and isinstance(body, dict)
+        assert body["message"] == (
+            f"max_tokens={beyond} cannot be greater than max_model_len={SHARED_MAX_MODEL_LEN}. "
+            f"Please request fewer output tokens. (parameter=max_tokens, value={beyond})"
+        )
+    capped = client.completions.create(model=MODEL, prompt="1, 2, 3,", max_tokens=SHARED_MAX_MODEL_LEN,
+                                       temperature=0, extra_body={"ignore_eos": True})  # fmt: skip
+    assert capped.choices[0].finish_reason == "length" and capped.usage is not None
+    assert capped.usage.prompt_tokens + capped.usage.completion_tokens == SHARED_MAX_MODEL_LEN
+
+
 def test_n_completions_are_n_choices_whole_and_streamed(client: openai.OpenAI) -> None:
     """n = 3, 6 tokens each: three choices, each streamed with one finish reason of its own."""
     ask = {"model": MODEL, "messages": CHAT, "n": 3, "max_tokens": 6, "temperature": 1.0, "seed": 7,

@@ -17,6 +17,7 @@ from builder.python_models.vllm_engine.utils.requests import (
     STRUCTURED_FIELDS,
 )
 from builder.python_models.vllm_engine.utils.responses import logprob_outputs
+from clients.vllm_engine_contract import TO_CONTEXT_END
 from tests.builder.llm.needs import NEEDS_VLLM
 
 KNOWN = {"max_tokens", "temperature", "top_p", "top_k", "stop", "ignore_eos", "seed", "n", "output_kind"}
@@ -105,9 +106,13 @@ def test_length_limits_name_the_limit_and_the_count() -> None:
     assert m.check_length(10, {"max_tokens": 502}, 512) == 502
     with pytest.raises(m.BadRequest, match="text_input is 600 tokens, the model's max_model_len is 512"):
         m.check_length(600, {}, 512)
-    # Beyond the context: runs to its end and stops with "length", as vLLM and Triton's backend do.
-    assert m.check_length(10, {"max_tokens": 503}, 512) == 502
+    # As vLLM's OpenAI server: beside the prompt beyond the context, it runs to the context's end
+    # and stops with "length"; above max_model_len itself, refused in that server's words.
+    assert m.check_length(10, {"max_tokens": 512}, 512) == 502
     assert m.check_length(500, {"max_tokens": 64}, 512) == 12
+    with pytest.raises(m.BadRequest, match=r"^max_tokens=513 cannot be greater than max_model_len=512\. "):
+        m.check_length(10, {"max_tokens": 513}, 512)
+    assert m.check_length(10, {"max_tokens": TO_CONTEXT_END}, 512) == 502
     with pytest.raises(m.BadRequest, match="text_input is 512 tokens"):
         m.check_length(512, {}, 512)
 

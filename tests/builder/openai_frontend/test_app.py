@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from builder.openai_frontend.app import Settings, create_app
 from builder.openai_frontend.bridge import LLM, Catalog, Route
 from builder.openai_frontend.embedders import Embedder
-from builder.openai_frontend.protocol import TO_CONTEXT_END
 from builder.server import find_free_port
 from clients.generator import Completion, Piece
+from clients.vllm_engine_contract import TO_CONTEXT_END
 
 KEY = "k3y"
 LIMIT = 1024

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from builder.openai_frontend.protocol import (
-    TO_CONTEXT_END,
     OpenAIError,
     from_triton,
     parse_chat,
@@ -23,6 +22,7 @@ from clients.errors import (
     TritonClientError,
 )
 from clients.generator import stream_error
+from clients.vllm_engine_contract import TO_CONTEXT_END
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -161,6 +161,14 @@ def test_a_body_that_is_no_json_object_is_400(body: bytes) -> None:
     ("error", "status", "kind"),
     [
         (stream_error("sampling_parameters.n: only 1 is supported, got 2"), 400, "invalid_request_error"),
+        (
+            stream_error(
+                "max_tokens=600 cannot be greater than max_model_len=512. Please request fewer output "
+                "tokens. (parameter=max_tokens, value=600)"
+            ),
+            400,
+            "invalid_request_error",
+        ),
         (stream_error("engine is full: 32 requests in flight"), 429, "rate_limit_error"),
         (stream_error("Exceeds maximum queue size"), 429, "rate_limit_error"),
         (InvalidInput("unexpected inference input 'x'"), 400, "invalid_request_error"),

@@ -21,6 +21,7 @@ from ..contract import (
     SAMPLING_PARAMETERS,
     STREAM,
     TEXT_INPUT,
+    TO_CONTEXT_END,
 )
 
 BOOLS = (STREAM, EXCLUDE_INPUT_IN_OUTPUT, *RETURNS)
@@ -217,15 +218,22 @@ def _prompt(
 
 
 def check_length(n_prompt: int, sampling: dict[str, Any], max_model_len: int, field: str = TEXT_INPUT) -> int:
-    """max_tokens to use: the request's (or the default) capped at the room the context leaves, so a
-    request asking beyond it runs to the context's end and stops with ``length`` (as vLLM and
-    Triton's vLLM backend do); BadRequest when the prompt alone fills max_model_len."""
+    """max_tokens to use, by vLLM's OpenAI server's rule (``get_max_tokens``, ``TokenizeParams``): a
+    max_tokens above max_model_len is refused in its words; one that fits max_model_len but not
+    beside the prompt is capped at the room left, so the request stops with ``length``
+    (TO_CONTEXT_END asks for that room); BadRequest when the prompt alone fills max_model_len."""
     if n_prompt >= max_model_len:
         raise BadRequest(
             f"{field} is {n_prompt} tokens, the model's max_model_len is {max_model_len} "
             "(prompt and output together)"
         )
-    return min(int(sampling.get("max_tokens", DEFAULT_MAX_TOKENS)), max_model_len - n_prompt)
+    asked = int(sampling.get("max_tokens", DEFAULT_MAX_TOKENS))
+    if max_model_len < asked != TO_CONTEXT_END:
+        raise BadRequest(
+            f"max_tokens={asked} cannot be greater than max_model_len={max_model_len}. Please request "
+            f"fewer output tokens. (parameter=max_tokens, value={asked})"
+        )
+    return min(asked, max_model_len - n_prompt)
 
 
 def sampling_params(fields: dict[str, Any], **owned: Any) -> Any:
