@@ -39,14 +39,19 @@ def file_hash(path: Path) -> str:
 
 
 def tree_hash(path: Path) -> str:
-    """Hash of a file, or of every file under a folder (names and contents)."""
+    """Hash of a file, or of every file under a folder (names and contents), leaving out the
+    bytecode Python writes beside a package's sources."""
     if path.is_file():
         return file_hash(path)
     digest = hashlib.sha256()
-    for item in sorted(p for p in path.rglob("*") if p.is_file()):
+    for item in sorted(p for p in path.rglob("*") if p.is_file() and not _bytecode(p.relative_to(path))):
         digest.update(str(item.relative_to(path)).encode())
         digest.update(file_hash(item).encode())
     return digest.hexdigest()
+
+
+def _bytecode(relative: Path) -> bool:
+    return "__pycache__" in relative.parts or relative.suffix == ".pyc"
 
 
 def key_of(*parts: object) -> str:

@@ -34,10 +34,19 @@ from builder.publish import clean_leftovers, publish, staging_dir
 from builder.python_models import PACKAGES, copy_sources, model_sources
 from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import FACTORY_PATTERN, PythonModelSpec, Spec, TensorSpec
+from builder.stages.code import code_fingerprint
 from builder.targets import ModelEntry, Target
 
 MANIFEST = "manifest.json"
 TOOLS = ("onnx", "onnxruntime", "torch", "tritonclient", "numpy", "onnxconverter-common", "onnxsim")
+# What writes the repository: this module, every target, the config and LLM serving writers.
+WRITERS = (
+    "builder.repository",
+    "builder.targets",
+    "builder.configs",
+    "builder.llm.serving",
+    "builder.publish",
+)
 Json = dict[str, object]
 
 
@@ -125,6 +134,7 @@ def repository_key(r: Repository) -> str:
     spec, ctx = r.ctx.spec, r.ctx
     return key_of(
         __version__,
+        code_fingerprint(WRITERS),
         r.target.name,
         spec.model_dump(mode="json"),
         [

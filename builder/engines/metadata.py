@@ -2,8 +2,9 @@
 
 A plan loads only under the TensorRT version that built it, and (unless built
 hardware-compatible) only on the GPU model that built it. The metadata file
-beside the plan records both, and the hashes of the ONNX and the build options,
-so a plan that no longer matches is rebuilt instead of being served.
+beside the plan records both, and the hashes of the ONNX and the build options (with the
+code that builds the plan and Polygraphy's version), so a plan that no longer matches is
+rebuilt instead of being served.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from numpy.typing import NDArray
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.request import BuildRequest
+from builder.stages.code import code_fingerprint
+from builder.stages.inputs import tool_version
 
 FORMAT = 1
+ENGINE_CODE = ("builder.engines.worker",)  # the build process: it builds, runs and times the plan
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ def metadata_path(plan: Path) -> Path:
 
 
 def fingerprint(req: BuildRequest) -> Fingerprint:
-    """Hashes of the model file and of every option that changes the plan."""
+    """Hashes of the model file and of every option that changes the plan, the code that builds it
+    and Polygraphy's version among them."""
     options = {
         "strongly_typed": req.strongly_typed,
         "builder_flags": sorted(req.builder_flags),
@@ -70,6 +75,8 @@ def fingerprint(req: BuildRequest) -> Fingerprint:
         "hardware_compatibility": req.hardware_compatibility,
         "calibration_table": sha256(Path(req.calibration_table)) if req.calibration_table else None,
         "format": FORMAT,
+        "code": code_fingerprint(ENGINE_CODE),
+        "polygraphy": tool_version("polygraphy"),
     }
     blob = json.dumps(options, sort_keys=True, default=list).encode()
     return Fingerprint(sha256(Path(req.onnx)), hashlib.sha256(blob).hexdigest())

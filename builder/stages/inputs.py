@@ -60,8 +60,9 @@ class StageInputs(BaseModel):
 
 class ExportInputs(StageInputs):
     STAGE = "export"
-    TOOLS = ("torch", "onnx")
-    CODE = ("builder.sources", "builder.stages.export")  # every source kind, and what writes the file
+    TOOLS = ("torch", "onnx", "transformers")  # transformers: a checkpoint source's model
+    # every source kind, what writes the file, and the stage's body in the pipeline
+    CODE = ("builder.sources", "builder.stages.export", "builder.pipeline:_export")
     source: str
     source_fingerprint: str
     inputs: list[TensorSpec]
@@ -74,7 +75,7 @@ class ExportInputs(StageInputs):
 class CheckInputs(StageInputs, OmitsUnset):
     STAGE = "check"
     TOOLS = ("onnx", "onnxsim", "onnxruntime")
-    CODE = ("builder.stages.check",)
+    CODE = ("builder.stages.check", "builder.pipeline:_check")
     exported_sha256: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
@@ -88,8 +89,14 @@ class CheckInputs(StageInputs, OmitsUnset):
 
 class ReferenceInputs(StageInputs, OmitsUnset):
     STAGE = "reference"
-    TOOLS = ("torch", "onnxruntime", "numpy")
-    CODE = ("builder.data", "builder.sources", "builder.stages.export", "builder.stages.verify")
+    TOOLS = ("torch", "onnxruntime", "numpy", "transformers")
+    CODE = (
+        "builder.data",
+        "builder.sources",
+        "builder.stages.export",
+        "builder.stages.verify",
+        "builder.pipeline:_reference",
+    )
     exported_sha256: str
     source_fingerprint: str
     evaluation: str  # fingerprint of the evaluation data and its reader
@@ -101,7 +108,7 @@ class ReferenceInputs(StageInputs, OmitsUnset):
 class Fp16Inputs(StageInputs):
     STAGE = "fp16"
     TOOLS = ("onnx", "onnxconverter-common")
-    CODE = ("builder.stages.fp16",)
+    CODE = ("builder.stages.fp16", "builder.pipeline:_fp16")
     checked_sha256: str
 
 
@@ -164,7 +171,7 @@ def cpu_has_native_bf16() -> bool:
 class Int8Inputs(StageInputs):
     STAGE = "int8"
     TOOLS = ("onnx", "onnxruntime", "numpy")
-    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing")
+    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing", "builder.pipeline:_int8")
     checked_sha256: str
     calibration: Calibration
     data: str  # fingerprint of the calibration data and its reader
@@ -174,7 +181,12 @@ class Int8Inputs(StageInputs):
 class Int8DynamicInputs(StageInputs):
     STAGE = "int8_dynamic"
     TOOLS = ("onnx", "onnxruntime", "numpy")
-    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing")
+    CODE = (
+        "builder.data",
+        "builder.stages.quantize",
+        "builder.stages.smoothing",
+        "builder.pipeline:_int8_dynamic",
+    )
     checked_sha256: str
     options: DynamicInt8
     data: str | None  # calibration data, when smoothing uses it
@@ -192,7 +204,7 @@ def kernel_flags() -> list[str]:
 class VerifyInputs(StageInputs):
     STAGE = "verify"
     TOOLS = ("onnxruntime", "openvino", "numpy")
-    CODE = ("builder.stages.verify",)
+    CODE = ("builder.stages.verify", "builder.pipeline:_verify")
     variant_sha256: str
     reference_key: str
     tolerance: Tolerance

@@ -112,3 +112,14 @@ def _second_holder_waits(path: Path) -> None:
         assert not entered.is_set(), f"{path.name}: both held the lock at once"
     other.join(60)
     assert entered.is_set()
+
+
+def test_a_tree_s_hash_leaves_out_python_bytecode(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("X = 1\n")
+    before = tree_hash(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\0bytecode")
+    (tmp_path / "stray.pyc").write_bytes(b"\0bytecode")
+    assert tree_hash(tmp_path) == before
+    (tmp_path / "model.py").write_text("X = 2\n")
+    assert tree_hash(tmp_path) != before

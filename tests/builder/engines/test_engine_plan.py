@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from engine_support import TrtDouble, eval_inputs, fixed_model, tiny_model, write_onnx
 
+from builder.engines import metadata
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
 from builder.engines.plan import EngineResult, Evaluation, Status, _Job, engine_options, plan_engines
@@ -17,6 +18,7 @@ from builder.engines.request import make_request
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
 from builder.stages.verify import run_onnx
+from tests.builder.code_edits import CodeEdits
 
 
 def _evaluation(variants: dict[Precision, Path], inputs: dict[str, np.ndarray] | None = None) -> Evaluation:
@@ -246,6 +248,25 @@ def test_fresh_plans_are_kept_and_stale_ones_rebuilt(trt10: TrtDouble, tmp_path,
     (rebuilt,) = _plan(tmp_path, variants, newer, [Precision.FP16], if_stale=True)
     assert rebuilt.status is Status.BUILT and rebuilt.plan == plan  # rebuilt, run and verified
     assert trt10.named("Builder") == [[]]
+
+
+def test_editing_the_engine_code_or_a_new_polygraphy_rebuilds_the_plan_and_other_code_does_not(
+    trt10: TrtDouble, tmp_path, variants, a10, monkeypatch
+) -> None:
+    def status() -> Status:
+        (result,) = _plan(tmp_path, variants, a10, [Precision.FP16], if_stale=True)
+        return result.status
+
+    with CodeEdits(monkeypatch) as edits:
+        assert status() is Status.BUILT
+        edits.comment("builder/configs.py")
+        assert status() is Status.FRESH
+        edits.comment("builder/engines/trt_loader.py")
+        assert status() is Status.BUILT
+        assert status() is Status.FRESH
+        real = metadata.tool_version
+        monkeypatch.setattr(metadata, "tool_version", lambda t: "99.0" if t == "polygraphy" else real(t))
+        assert status() is Status.BUILT
 
 
 def test_a_fresh_plan_is_verified_again_when_its_tolerance_changes(

@@ -10,7 +10,8 @@ import pytest
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.stages import code
-from builder.stages.code import ROOT, closure, code_fingerprint
+from builder.stages.code import ROOT, closure, code_fingerprint, function_closure
+from tests.builder.code_edits import CodeEdits
 
 
 def names(files: set[Path]) -> set[str]:
@@ -69,3 +70,24 @@ def test_editing_a_stage_reruns_that_stage_only(tiny_project: Path, edited: list
     edited[:] = ["builder/stages/fp16.py"]
     code_fingerprint.cache_clear()
     assert run() == ["fp16"]
+
+
+def test_a_function_named_as_code_counts_what_it_uses_of_its_module_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``builder.llm.build:_check`` is the check stage's body: the GGUF comparison it calls is
+    part of it, the verify stage's body beside it is not."""
+    with CodeEdits(monkeypatch) as edits:
+        before = code_fingerprint(("builder.llm.build:_check",))
+        line = "    conversations = load_conversations(prompts, model=spec.name)\n"
+        edits.replace("builder/llm/build.py", line, line + "    assert conversations\n")
+        assert code_fingerprint(("builder.llm.build:_check",)) == before
+        line = "    found = compare(source, checkpoint, spec.widest_dtype)\n"
+        edits.replace("builder/llm/build.py", line, line + "    assert found\n")
+        assert code_fingerprint(("builder.llm.build:_check",)) != before
+
+
+def test_a_function_s_imports_count_where_it_uses_them() -> None:
+    _, imported = function_closure("builder.pipeline:_int8")
+    assert {"builder.stages.quantize", "builder.stages.smoothing", "builder.data"} <= set(imported)
+    assert "builder.engines.build" not in imported  # imported by the pipeline, not used by the body

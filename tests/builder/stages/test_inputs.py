@@ -11,7 +11,7 @@ import pytest
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.stages import inputs
-from builder.stages.inputs import Fp16Inputs, module_fingerprint
+from builder.stages.inputs import ExportInputs, Fp16Inputs, ReferenceInputs, module_fingerprint
 
 
 def test_factory_fingerprint_covers_modules_it_imports_from_the_spec_folder(tmp_path: Path) -> None:
@@ -51,6 +51,19 @@ def test_a_tool_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> N
         inputs, "tool_version", lambda tool: "99.0" if tool == "onnxconverter-common" else "1"
     )
     assert Fp16Inputs(checked_sha256="abc").key() != key
+
+
+def test_transformers_is_a_tool_of_the_export_and_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint source's model is transformers' own: a new transformers exports it again."""
+    stages = [
+        ExportInputs(source="ckpt", source_fingerprint="f", inputs=[], outputs=[], max_batch_size=0,
+                     profiles=[], opset=17),
+        ReferenceInputs(exported_sha256="a", source_fingerprint="f", evaluation="e"),
+    ]  # fmt: skip
+    keys = [stage.key() for stage in stages]
+    real = inputs.tool_version
+    monkeypatch.setattr(inputs, "tool_version", lambda t: "99.0" if t == "transformers" else real(t))
+    assert [stage.key() != key for stage, key in zip(stages, keys, strict=True)] == [True, True]
 
 
 def run(project: Path) -> set[str]:

@@ -1,0 +1,55 @@
+"""An edit to the code that writes an artifact rebuilds exactly that artifact: the repository
+for its writers (a config writer, a target), a stage for its body in the pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.pipeline import build
+from builder.records import BuildOptions
+from tests.builder.code_edits import CodeEdits
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def edits(monkeypatch: pytest.MonkeyPatch) -> Iterator[CodeEdits]:
+    with CodeEdits(monkeypatch) as edits:
+        yield edits
+
+
+def run(project: Path) -> tuple[list[str], bool]:
+    """The stages that ran, and whether the repository was published again."""
+    lines: list[str] = []
+    opts = BuildOptions(project / "models.yaml", project / "repo", target="local", log=lines.append)
+    published = build(opts).published
+    return [
+        line.removeprefix("[tiny] ").removesuffix(" ...") for line in lines if line.endswith(" ...")
+    ], published
+
+
+def test_editing_a_writer_republishes_and_reruns_no_stage(tiny_project: Path, edits: CodeEdits) -> None:
+    run(tiny_project)
+    assert run(tiny_project) == ([], False)
+    for writer in ("builder/configs.py", "builder/targets/local.py", "builder/repository.py"):
+        edits.comment(writer)
+        assert run(tiny_project) == ([], True), writer
+
+
+def test_editing_a_stage_body_in_the_pipeline_reruns_that_stage(tiny_project: Path, edits: CodeEdits) -> None:
+    run(tiny_project)
+    body = "    from builder.stages.quantize import quantize_int8\n"
+    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    assert run(tiny_project)[0] == ["int8"]  # the same graph: nothing after it reruns
+    body = '    """Evaluation inputs and the source model\'s outputs on them (the verification truth)."""\n'
+    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    reference, *verified = run(tiny_project)[0]  # every verification reads the reference
+    assert reference == "reference" and verified and all(v.startswith("verify-") for v in verified)
+    # The orchestration is no stage's code.
+    edits.replace(
+        "builder/pipeline.py", "    start = time.perf_counter()\n", "    start = time.perf_counter()\n\n"
+    )
+    assert run(tiny_project) == ([], False)
