@@ -23,6 +23,9 @@ LORA_NAMES = "lora_names"
 MAX_WAITING = "max_waiting_requests"  # requests allowed to wait beyond max_num_seqs
 LANES = "lanes"  # engines of their own for long jobs (a JSON list of rules)
 SAMPLING_DEFAULTS = "sampling_defaults"  # a JSON object: sampling values of requests that omit them
+# tritonforge's: a streamed request's next response goes out once the one before has been sent,
+# carrying every token made meanwhile, and no sooner than this many milliseconds after it (0: at once).
+STREAM_MIN_GAP_MS = "stream_min_gap_ms"
 
 # -- inputs ----------------------------------------------------------------------------------------
 TEXT_INPUT = "text_input"

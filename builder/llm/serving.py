@@ -29,6 +29,7 @@ from builder.python_models.vllm_engine.contract import (
     MAX_WAITING,
     MULTI_LORA_FILE,
     SAMPLING_DEFAULTS,
+    STREAM_MIN_GAP_MS,
 )
 from builder.spec.llm import Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
@@ -36,7 +37,6 @@ from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's,
 LORA_DIR = "loras"  # the adapters' folder in the version folder
 MODEL_SOURCE = package("vllm_engine") / "model.py"  # beside it, the modules of its package
 GIB = 1 << 30
-STREAM_INTERVAL = 8  # EngineArgs.stream_interval's default: see there
 
 
 class Device(str, Enum):
@@ -77,10 +77,9 @@ class EngineArgs:
     enforce_eager: bool = True
     max_num_batched_tokens: int | None = None
     seed: int = 0
-    # vLLM's stream_interval: a streamed request gets a response every this many new tokens (its
-    # first token and its last at once), so each response, gRPC message and SSE event carries
-    # several: the serving processes' CPU per token falls (bench/llm_openai_cpu.py).
-    stream_interval: int = STREAM_INTERVAL
+    # vLLM's stream_interval: the engine's outputs every this many new tokens. 1 (vLLM's default):
+    # the model coalesces what piles up while a response is sent (ServingSettings.stream_min_gap_ms).
+    stream_interval: int = 1
     lora: LoRAArgs | None = None  # None: no LoRA adapters (enable_lora left out)
 
     def __post_init__(self) -> None:
@@ -162,10 +161,14 @@ class ServingSettings:
     execution_env: str | None = None
     sampling: Sampling | None = None
     lora_names: tuple[str, ...] = ()  # the adapters of multi_lora.json
+    stream_min_gap_ms: int | None = None  # the spec's streaming.min_gap_ms (None, 0: the model's 0)
 
     def __post_init__(self) -> None:
         if self.max_waiting is not None and self.max_waiting < 0:
             raise ValueError(f"serving: max_waiting must be >= 0, got {self.max_waiting}")
+        gap = self.stream_min_gap_ms
+        if gap is not None and not 0 <= gap <= 1000:
+            raise ValueError(f"serving: stream_min_gap_ms must be from 0 to 1000, got {gap}")
         names = [lane.name for lane in self.lanes]
         if len(set(names)) != len(names):
             raise ValueError(f"serving: lane names must be unique, got {names}")
@@ -192,7 +195,7 @@ def model_json(args: EngineArgs) -> dict[str, Any]:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.max_num_batched_tokens is not None:
         out["max_num_batched_tokens"] = args.max_num_batched_tokens
-    if args.stream_interval != 1:  # vLLM's default: a model.json for an older vLLM stays as it was
+    if args.stream_interval != 1:  # vLLM's default: left out, for a vLLM without it
         out["stream_interval"] = args.stream_interval
     if args.lora is not None:
         out.update(args.lora.as_json())
@@ -229,6 +232,8 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
     if settings.sampling is not None:
         defaults = json.dumps(settings.sampling.model_dump(mode="json"), sort_keys=True)
         cfg.parameters[SAMPLING_DEFAULTS].string_value = defaults
+    if settings.stream_min_gap_ms:  # 0 is the model's own
+        cfg.parameters[STREAM_MIN_GAP_MS].string_value = str(settings.stream_min_gap_ms)
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     if settings.lora_names:

@@ -102,6 +102,20 @@ class Sampling(Strict):
     max_tokens: Annotated[int, Field(ge=1)] = 128
 
 
+# Chosen by bench/llm_openai_cpu.py (docs/llm_serving.md): the gap between text updates, time to
+# first token and the serving path's CPU per token against vLLM's own server.
+STREAM_MIN_GAP_MS = 0
+
+
+class Streaming(Strict):
+    """How a streamed answer goes out: each response as soon as the one before has been sent,
+    carrying every token made meanwhile, and no sooner than ``min_gap_ms`` after it (the final
+    response never waits). A larger gap sends fewer, larger responses: less CPU per token on the
+    serving path, text in coarser steps."""
+
+    min_gap_ms: Annotated[int, Field(ge=0, le=1000)] = STREAM_MIN_GAP_MS
+
+
 PROMPT_GAP_FACTOR = 4.0
 
 
@@ -195,6 +209,7 @@ class LLMSpec(Strict):
     admission: Admission = Admission()
     lanes: LongLane | None = None
     sampling: Sampling = Sampling()
+    streaming: Streaming = Streaming()
     evaluation: Evaluation
     gpu: GpuTarget = GpuTarget()
     lora: LoRA | None = None

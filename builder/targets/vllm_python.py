@@ -95,8 +95,9 @@ def serving_settings(spec: LLMSpec) -> ServingSettings:
         )
     lora_names = tuple(sorted(spec.lora.adapters)) if spec.lora is not None else ()
     return ServingSettings(
-        max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling, lora_names=lora_names
-    )
+        max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling, lora_names=lora_names,
+        stream_min_gap_ms=spec.streaming.min_gap_ms,
+    )  # fmt: skip
 
 
 def checkpoint_files(checkpoint: Path) -> dict[str, Path]:

@@ -83,3 +83,14 @@ def test_the_runs_block_lists_each_run_with_when_its_load_was_read() -> None:
     assert "load averages in the table" in text
     assert "| `before` | 2026-01-02 03:04 UTC (3.0 / 2.0 / 1.0 at its end) | as it was | 300 µs |" in text
     assert "(3.0 / 2.0 / 1.0 at its start) | x | 300 µs | 150 µs | 150 µs | 2.00x |" in text
+
+
+def test_the_stream_figures_come_from_the_gaps_between_text_updates_over_the_rounds() -> None:
+    from bench.llm_openai_cpu import stream_figures
+
+    one = Reading(64, 30.0, {}, 0.0, 1.0, gaps_ms=(10.0,) * 9 + (100.0,), updates=11, ttft_ms_p50=50.0)
+    two = Reading(64, 40.0, {}, 0.0, 1.0, gaps_ms=(20.0,), updates=2, ttft_ms_p50=70.0)
+    got = stream_figures([one, two])
+    assert got["gap_ms_p50"] == 10.0 and got["gap_ms_p90"] == 20.0  # one long gap in eleven: above p90
+    assert got["tokens_per_update"] == round(128 / 13, 2) and got["ttft_ms_p50"] == 60.0
+    assert got["tokens_per_s"] == 35.0 and got["tokens_per_wall_s"] == 64.0

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder.llm.serving import STREAM_INTERVAL
 from builder.server import TritonServer
 from clients.errors import InvalidInput, RequestRejected, TritonClientError
 from clients.generator import AsyncGenerator, Generator, join
@@ -108,14 +107,14 @@ def test_stream_pieces_join_to_the_whole(server: TritonServer, protocol: str) ->
         pieces = list(gen.stream(CHAT, max_tokens=24))
     assert "Paris" in whole.text
     assert whole.finish_reason == "stop" and whole.num_input_tokens > 10 and whole.num_output_tokens >= 5
-    # A piece a STREAM_INTERVAL tokens (the first token alone): two at least, joining to the whole.
-    assert len(pieces) > whole.num_output_tokens // STREAM_INTERVAL and "".join(pieces) == whole.text
+    # Several pieces (the tokens made while one was sent go in the next), joining to the whole.
+    assert len(pieces) >= 2 and "".join(pieces) == whole.text
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> None:
-    """The pieces come as they are made (a piece every STREAM_INTERVAL tokens, the engine's
-    ``stream_interval``), spread over the decoding rather than sent at the end.
+    """The pieces come as they are made (each token as soon as the piece before has been sent,
+    with the tokens made meanwhile), spread over the decoding rather than sent at the end.
 
     Measured against the stream's own span and gaps, not against seconds, so the check holds
     however fast the CPU decodes. On a loaded machine the client (or the model's stub, which runs
@@ -127,12 +126,12 @@ def test_stream_pieces_arrive_as_made(server: TritonServer, protocol: str) -> No
         start = time.monotonic()
         pieces = gen.stream("Count from 1 to 40:", max_tokens=48, ignore_eos=True)
         times = [time.monotonic() - start for _ in pieces]
-    assert len(times) > 24 // STREAM_INTERVAL and times == sorted(times)  # 48 tokens: 1 + 48 / interval
+    assert len(times) > 4 and times == sorted(times)
     first, last = times[0], times[-1]
     spread = f"first piece at {first:.3f} s, last at {last:.3f} s"
     assert last - first > 0.5 * last, spread  # the first piece did not wait for the decoding
     # A burst ends at a gap longer than a tenth of the mean gap. Sent at the end the pieces make one
-    # burst; sent as made, about one a stream_interval of decoding steps, or (a loaded machine,
+    # burst; sent as made, about one a decoding step, or (a loaded machine,
     # where the client read the pieces of a few steps at once) several. Stopped short when the
     # client closes the stream mid-way: test_cancelled_requests_free_their_capacity.
     gaps = np.diff(times)

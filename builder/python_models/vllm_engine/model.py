@@ -67,6 +67,7 @@ from .contract import (
     MESSAGES,
     REFUSED,
     SAMPLING_DEFAULTS,
+    STREAM_MIN_GAP_MS,
     TEXT_INPUT,
     UNHEALTHY,
 )
@@ -80,12 +81,13 @@ from .utils.requests import (
     Parsed,
     check_length,
     parse_defaults,
+    parse_min_gap,
     parse_request,
     refusal,
     sampling_keys,
     sampling_params,
 )
-from .utils.responses import Job, error, output_response
+from .utils.responses import Job, error
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -126,6 +128,7 @@ class TritonPythonModel(EngineLifecycle):
         self.name = args["model_name"]
         self.health_check = config_parameter(config, HEALTH_CHECK, "false").lower() == "true"
         self.failure: str | None = None  # why the model cannot serve (the engine or a thread died)
+        self.min_gap = parse_min_gap(config_parameter(config, STREAM_MIN_GAP_MS, "0"))
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)
@@ -226,7 +229,7 @@ class TritonPythonModel(EngineLifecycle):
             adapter = {"lora_request": job.lora} if job.lora is not None else {}
             stream = job.lane.engine.generate(prompt, job.sampling, job.id, priority=priority, **adapter)
             async for out in stream:
-                self._emit(job, out)
+                self._pile(job, out)
         except asyncio.CancelledError:  # the sending thread saw is_cancelled()
             await self._abort(job)
             self._post(job, error("request cancelled", pb_utils.TritonError.CANCELLED), final)
@@ -249,7 +252,3 @@ class TritonPythonModel(EngineLifecycle):
             await job.lane.engine.abort(job.id)
         except Exception as exc:  # the engine is gone: nothing left generating
             pb_utils.Logger.log_warn(f"vllm_engine: abort of {job.id} failed ({exc})")
-
-    def _emit(self, job: Job, out: Any) -> None:
-        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
-        self._post(job, output_response(job, out), flags)

@@ -174,3 +174,13 @@ def test_zoo_entry() -> None:
     root = Path(__file__).parents[3]
     assert (root / spec.evaluation.prompts).is_file()
     assert spec.source_kind is SourceKind.FACTORY and spec.max_num_seqs == 16
+
+
+@pytest.mark.parametrize("gap", [-1, 1001, "soon"])
+def test_a_bad_streaming_gap_is_one_line_naming_the_field(gap: object) -> None:
+    err = error(entry(streaming={"min_gap_ms": gap}))
+    assert "streaming.min_gap_ms" in err.one_line() and "\n" not in err.one_line()
+
+
+def test_an_unknown_streaming_key_is_refused() -> None:
+    assert "unknown field" in error(entry(streaming={"stream_interval": 8})).one_line()

@@ -11,7 +11,6 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from builder.llm.serving import (
-    STREAM_INTERVAL,
     Device,
     EngineArgs,
     Lane,
@@ -200,6 +199,24 @@ def test_the_specs_long_lane_reaches_the_model_with_both_thresholds_and_its_kv_s
 def test_model_json_carries_stream_interval_only_off_vllms_default() -> None:
     assert model_json(EngineArgs(model="/m", stream_interval=4))["stream_interval"] == 4
     assert "stream_interval" not in model_json(EngineArgs(model="/m", stream_interval=1))
-    assert model_json(EngineArgs(model="/m")).get("stream_interval", 1) == STREAM_INTERVAL
+    assert "stream_interval" not in model_json(EngineArgs(model="/m"))  # the model coalesces instead
     with pytest.raises(ValueError, match="stream_interval"):
         EngineArgs(model="/m", stream_interval=0)
+
+
+def test_the_specs_streaming_gap_reaches_the_model_as_a_config_parameter() -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from builder.python_models.vllm_engine import model as m
+    from builder.spec.llm import STREAM_MIN_GAP_MS, parse_llm
+    from builder.targets.vllm_python import serving_settings
+    from tests.builder.llm.test_llm_spec import entry
+
+    for raw, seconds in ((entry(), STREAM_MIN_GAP_MS / 1000), (entry(streaming={"min_gap_ms": 30}), 0.03)):
+        settings = serving_settings(parse_llm(raw, file="m.yaml"))
+        config = MessageToDict(local_config("chat", settings), preserving_proto_field_name=True)
+        assert m.parse_min_gap(m.config_parameter(config, "stream_min_gap_ms", "0")) == pytest.approx(seconds)
+    assert "stream_min_gap_ms" not in local_config("chat").parameters  # the model's own: 0
+    assert "stream_min_gap_ms" not in local_config("chat", ServingSettings(stream_min_gap_ms=0)).parameters
+    with pytest.raises(ValueError, match="stream_min_gap_ms must be from 0 to 1000, got 1001"):
+        ServingSettings(stream_min_gap_ms=1001)

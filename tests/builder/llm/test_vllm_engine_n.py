@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
+from builder.python_models.vllm_engine.utils.responses import output_response
 from tests.builder.fixtures.vllm_engine import use_fake_pb_utils
 
 ALL = {"return_finish_reason", "return_num_output_tokens", "return_cumulative_logprob", "return_logprobs"}
@@ -42,7 +43,7 @@ def outputs(reply: Any) -> dict[str, list[Any]]:
 
 def test_a_streamed_step_has_every_completion_those_without_news_empty() -> None:
     three = job(3, stream=True, logprobs=1)
-    first = outputs(m.output_response(three, NS(outputs=[piece(1, " b", 1)], finished=False)))
+    first = outputs(output_response(three, [NS(outputs=[piece(1, " b", 1)], finished=False)]))
     assert first["text_output"] == [b"", b" b", b""]
     assert first["num_output_tokens"] == [0, 1, 0]
     assert first["finish_reason"] == [b"None", b"None", b"None"]
@@ -52,7 +53,7 @@ def test_a_streamed_step_has_every_completion_those_without_news_empty() -> None
         [],
     ]
     step = NS(outputs=[piece(2, " c", 2, "length", -2.0), piece(0, " a", 1)], finished=False)
-    second = outputs(m.output_response(three, step))
+    second = outputs(output_response(three, [step]))
     assert second["text_output"] == [b" a", b"", b" c"]
     assert second["num_output_tokens"] == [1, 0, 2]
     assert second["finish_reason"] == [b"None", b"None", b"length"]
@@ -63,12 +64,12 @@ def test_a_whole_generation_has_each_completion_with_the_prompt_echoed() -> None
     two = job(2, stream=False)
     two.parsed.exclude_input = False
     final = NS(outputs=[piece(0, " a b", 2, "stop"), piece(1, " c", 1, "length")], finished=True)
-    made = outputs(m.output_response(two, final))
+    made = outputs(output_response(two, [final]))
     assert made["text_output"] == [b"Hi a b", b"Hi c"]
     assert made["finish_reason"] == [b"stop", b"length"] and made["num_output_tokens"] == [2, 1]
 
 
 def test_one_completion_is_sent_as_before() -> None:
     one = job(1, stream=True)
-    made = outputs(m.output_response(one, NS(outputs=[piece(0, " a", 1)], finished=False)))
+    made = outputs(output_response(one, [NS(outputs=[piece(0, " a", 1)], finished=False)]))
     assert made["text_output"] == [b" a"] and made["num_output_tokens"] == [1]

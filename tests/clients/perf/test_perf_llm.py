@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.llm.serving import STREAM_INTERVAL
 from clients.perf import llm_metrics, profile_export
 from clients.perf.errors import PerfError
 from clients.perf.inputs import _from_config
@@ -181,7 +180,8 @@ def llm_server(llm_triton):  # type: ignore[no-untyped-def]
 @pytest.mark.integration
 def test_each_streamed_response_counts_its_tokens_with_ignore_eos(llm_server) -> None:  # type: ignore[no-untyped-def]
     """What the token count of the LLM mode rests on, checked with a direct tritonclient stream: the
-    first token alone, then a response every STREAM_INTERVAL tokens, each with its own count."""
+    tokens of a response are those made while the one before was sent (one or several), each
+    response with its own count, adding up to what was asked for."""
     import queue
 
     import tritonclient.grpc as grpcclient
@@ -210,8 +210,7 @@ def test_each_streamed_response_counts_its_tokens_with_ignore_eos(llm_server) ->
             break
     client.stop_stream()
     client.close()
-    full, left = divmod(12 - 1, STREAM_INTERVAL)
-    assert counts == [1] + [STREAM_INTERVAL] * full + ([left] if left else [])
+    assert len(counts) >= 2 and min(counts) >= 1 and sum(counts) == 12, counts
 
 
 @pytest.mark.integration
@@ -238,7 +237,7 @@ def test_the_llm_mode_against_the_real_server(llm_server, tmp_path: Path) -> Non
     export = tmp_path / "raw" / "smollm2_llm_concurrency_4.profile.json"
     for request in profile_export.load(export)[0].requests:
         assert request.ttft_s <= request.latency_s and request.tokens[0] == 1 and sum(request.tokens) == 8
-        assert len(request.response_ns) == 1 + math.ceil(7 / STREAM_INTERVAL)
+        assert len(request.response_ns) == len(request.tokens) >= 2 and min(request.tokens) >= 1
     assert all(Path(f).is_file() for f in report.files.values())
 
 

@@ -20,6 +20,7 @@ from ..contract import (
     SAMPLING_DEFAULTS,
     SAMPLING_PARAMETERS,
     STREAM,
+    STREAM_MIN_GAP_MS,
     TEXT_INPUT,
     TO_CONTEXT_END,
 )
@@ -155,6 +156,17 @@ def parse_defaults(text: str, known: set[str]) -> dict[str, Any]:
         return parse_sampling(text, known)
     except BadRequest as exc:
         raise ValueError(f"parameter {SAMPLING_DEFAULTS}: {exc}") from None
+
+
+def parse_min_gap(text: str) -> float:
+    """The ``stream_min_gap_ms`` parameter in seconds; ValueError naming the parameter if bad."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1000:
+        raise ValueError(f"parameter {STREAM_MIN_GAP_MS}: want milliseconds from 0 to 1000, got {text!r}")
+    return value / 1000
 
 
 def parse_priority(value: Any) -> int:

@@ -55,6 +55,11 @@ class Job:
     n: int = 1  # completions (sampling_parameters.n)
     lora: Any = None  # vLLM's LoRARequest (None: the base model)
     last: dict[int, Any] = field(default_factory=dict)  # n > 1, streamed: each completion's last piece
+    # The engine's outputs the next response carries; ``queued``: that response is in the outbox.
+    pending: list[Any] = field(default_factory=list)
+    queued: bool = False
+    last_sent: float = float("-inf")  # when the sending thread took the last response's outputs (monotonic)
+    timer: Any = None  # the event loop's handle that queues the next response once min_gap has passed
 
     def completions(self, out: Any) -> list[Any]:
         """The n completions of one engine output, in index order. Streamed with n > 1, vLLM sends
@@ -70,7 +75,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Quiet:
-    """A completion with nothing new in a streamed step."""
+    """A completion with nothing new in a streamed step, or the pieces of several steps joined."""
 
     finish_reason: Any = None
     cumulative_logprob: float | None = None
@@ -136,9 +141,22 @@ def response(job: Job, texts: list[str], pieces: list[Any]) -> Any:
     return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
-def output_response(job: Job, out: Any) -> Any:
-    """The response for one engine output (the prompt before each text when echoed)."""
-    pieces = job.completions(out)
+def merged(pieces: list[Any]) -> Any:
+    """One completion's pieces of consecutive engine outputs as one: texts, tokens and logprobs
+    joined, the last finish reason and cumulative logprob."""
+    if len(pieces) == 1:
+        return pieces[0]
+    found = [p.logprobs for p in pieces if p.logprobs is not None]
+    logprobs = [step for steps in found for step in steps] if found else None
+    tokens = tuple(t for p in pieces for t in getattr(p, "token_ids", ()))
+    text, last = "".join(p.text for p in pieces), pieces[-1]
+    return Quiet(last.finish_reason, last.cumulative_logprob, logprobs, text, tokens)
+
+
+def output_response(job: Job, outs: list[Any]) -> Any:
+    """The response for consecutive engine outputs (the prompt before each text when echoed)."""
+    steps = [job.completions(out) for out in outs]
+    pieces = [merged([step[i] for step in steps]) for i in range(len(steps[0]))]
     echo = job.prompt_text if not job.parsed.stream and not job.parsed.exclude_input else ""
     return response(job, [echo + p.text for p in pieces], pieces)
 

@@ -2,11 +2,17 @@
 on the server. It alone asks ``is_cancelled()``, and only of requests whose final response it has
 not sent; it drops each sender with its final response (``_release``).
 
+A streamed request's outputs pile up (``_pile``, on the event loop) while its last response waits in
+the outbox or is being sent; the next response carries all of them. So a token goes out as soon as
+the sending path is free, and tokens are coalesced only when it was not: a reader sees text as it is
+made, while a busy server sends fewer, larger responses. ``min_gap`` (the config parameter
+``stream_min_gap_ms``) also keeps a stream's responses that far apart; its final one never waits.
+
 Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
 response the thread sends, as Triton's vLLM backend asks before each, though at most once a
-WATCH_PERIOD: the asking follows the responses (fewer with the engine's ``stream_interval``), never
-more often than a clock would. A request without one yet (waiting, in its prefill, or not streamed)
-is asked every WATCH_PERIOD, and a streamed request whose responses stopped every STALL_PERIOD."""
+WATCH_PERIOD: the asking follows the responses, never more often than a clock would. A request
+without one yet (waiting, in its prefill, or not streamed) is asked every WATCH_PERIOD, and a
+streamed request whose responses stopped every STALL_PERIOD."""
 
 from __future__ import annotations
 
@@ -16,27 +22,75 @@ import traceback
 from typing import Any
 
 from .health import Health
-from .responses import STALL_PERIOD, WATCH_PERIOD, Job
+from .responses import STALL_PERIOD, WATCH_PERIOD, Job, output_response
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
+PENDING = "pending"  # an outbox item's reply: the job's piled-up outputs, taken when it is sent
+
 
 class Sending(Health):
+    min_gap = 0.0  # seconds between two responses of a stream at least
+
     def _post(self, job: Job, reply: Any, flags: int) -> None:
         if job.done:
             return
         if flags:
-            job.done = True
             with self.lock:
-                self.jobs.pop(job.id, None)
-                job.lane.inflight -= 1
+                self._finish(job)
                 self.outbox.put((job, reply, flags))  # queued before finalize() can see no jobs
-                self.idle.notify_all()
             return
         self.outbox.put((job, reply, flags))
+
+    def _finish(self, job: Job) -> None:
+        """The job leaves the count of those in flight (its final response is queued, or will be
+        with the outputs it has piled up); under ``self.lock``."""
+        job.done = True
+        self.jobs.pop(job.id, None)
+        job.lane.inflight -= 1
+        self.idle.notify_all()
+
+    def _pile(self, job: Job, out: Any) -> None:
+        """On the event loop: add an engine output to the job's next response, and queue that
+        response unless it is queued already or min_gap since the last has yet to pass."""
+        if job.done:
+            return
+        with self.lock:
+            job.pending.append(out)
+            if out.finished:
+                self._finish(job)
+            if job.queued:
+                return
+            wait = 0.0 if out.finished else job.last_sent + self.min_gap - time.monotonic()
+            if wait <= 0:
+                self._queue(job)
+                return
+        if job.timer is None:
+            job.timer = self.loop.call_later(wait, self._due, job)
+
+    def _queue(self, job: Job) -> None:
+        job.queued = True
+        self.outbox.put((job, PENDING, 0))
+
+    def _due(self, job: Job) -> None:
+        job.timer = None
+        with self.lock:
+            if job.pending and not job.queued:
+                self._queue(job)
+
+    def _take(self, job: Job) -> tuple[Any, int]:
+        """The response of the job's piled-up outputs and its flags; (None, 0) when there is
+        nothing to send (its final response went out already)."""
+        with self.lock:
+            outs, job.pending, job.queued = job.pending, [], False
+            job.last_sent = time.monotonic()
+        if not outs or job.sender is None:
+            return None, 0
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if outs[-1].finished else 0
+        return output_response(job, outs), final
 
     # -- threads --
 
@@ -72,6 +126,10 @@ class Sending(Health):
             watched[job.id] = job
             job.asked = time.monotonic()
             return
+        if reply is PENDING:
+            reply, flags = self._take(job)
+            if reply is None:
+                return
         if flags:
             watched.pop(job.id, None)
         try:
