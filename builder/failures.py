@@ -5,7 +5,8 @@ A stage that fails on the user's model fails for a named reason: the builder's o
 the quantizer, torch, transformers) raise their own exceptions from their own code. The user's own
 code (a factory, a data reader) failing is the user's too. Anything else, raised in the builder's
 own code (a ``KeyError``, a ``TypeError``), is a defect: it must fail the build with its traceback
-kept, never be shown as the model's fault.
+kept, never be shown as the model's fault. A refusal keeps its traceback too, in the stage's log,
+which its line names: which frame raised is a guess (the innermost), the traceback tells.
 """
 
 from __future__ import annotations
@@ -87,29 +88,49 @@ def guarded(
     def run(out: Path) -> T:
         try:
             return body(out)
-        except (UserError, BuildError, ModelRefused):
+        except (UserError, BuildError):
+            raise
+        except ModelRefused as exc:
+            refused(exc, exc, model, stage, log)
             raise
         except Exception as exc:
             if refusal(exc, user_code) is not None:
-                raise ModelRefused(failure_line(exc)) from exc
+                raise refused(ModelRefused(failure_line(exc)), exc, model, stage, log) from exc
             raise defect(exc, model, stage, log) from exc
 
     return run
 
 
+TRACEBACK_NOTE = "traceback in "
+
+
+def refused(exc: ModelRefused, raised: BaseException, model: str, stage: str, log: Path) -> ModelRefused:
+    """``exc``, the refusal of ``raised``, with the traceback of ``raised`` written to ``log`` and
+    the log named in a note (:func:`reason` appends it)."""
+    _write_traceback(raised, model, stage, log)
+    exc.add_note(TRACEBACK_NOTE + str(log))
+    return exc
+
+
 def reason(exc: ModelRefused) -> str:
-    """A refusal's line: the library's own exception where :func:`guarded` wrapped one."""
-    return failure_line(exc.__cause__ or exc)
+    """A refusal's line: the library's own exception where :func:`guarded` wrapped one, and the log
+    that keeps its traceback."""
+    logs = [n for n in getattr(exc, "__notes__", []) if n.startswith(TRACEBACK_NOTE)]
+    return failure_line(exc.__cause__ or exc) + "".join(f" ({note})" for note in logs[-1:])
 
 
 def defect(exc: BaseException, model: str, stage: str, log: Path) -> StageDefect:
     """``exc`` as a defect of ``stage``: its traceback written to ``log``, a one-line summary."""
+    _write_traceback(exc, model, stage, log)
+    return StageDefect(model, stage, failure_line(exc), log)
+
+
+def _write_traceback(exc: BaseException, model: str, stage: str, log: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     header = f"tritonforge: model '{model}', stage {stage}, {stamp}, Python {sys.version.split()[0]}\n"
     log.write_text(header + "".join(lines), encoding="utf-8")
-    return StageDefect(model, stage, failure_line(exc), log)
 
 
 def failure_line(exc: BaseException) -> str:

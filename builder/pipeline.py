@@ -196,8 +196,8 @@ def _evaluation(model: ModelSpec, ctx: BuildContext) -> str:
 def _run_user(
     ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
 ) -> StageResult:
-    """A stage reading the user's model: a refusal of it ends as one line naming the model and the
-    stage (exit status 2), never a traceback."""
+    """A stage reading the user's model: a refusal of it ends as one line naming the model, the
+    stage and the log that keeps its traceback (exit status 2)."""
     try:
         return _run(ctx, model, inputs, body)
     except ModelRefused as exc:
@@ -206,7 +206,7 @@ def _run_user(
             file=ctx.spec_file,
             model=model.name,
             field="source",
-        ) from None
+        ) from exc
 
 
 def _dropped(variant: Variant, stage: str, exc: ModelRefused) -> VerificationReport:

@@ -1,4 +1,9 @@
-"""Run the build worker in a subprocess and turn how it ended into one message."""
+"""Run the build worker in a subprocess and turn how it ended into one message.
+
+The worker fails a plan with ``ERROR_PREFIX`` and ``EXIT_FAILED`` for what TensorRT refuses; an
+exception it did not expect ends it as Python ends on one (``EXIT_UNCAUGHT``, the traceback in the
+log): a defect of the builder, which fails the build rather than the plan.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import builder
 from builder.engines.cuda_runtime import with_cudart
 
 ERROR_PREFIX = "tritonforge-engine-error: "  # the worker's one-line failure message
+EXIT_FAILED = 3  # the worker failed the plan for a reason it names
+EXIT_UNCAUGHT = 1  # Python's status for an uncaught exception
 _ROOT = Path(builder.__file__).resolve().parent.parent
 
 
@@ -20,6 +27,7 @@ _ROOT = Path(builder.__file__).resolve().parent.parent
 class WorkerOutcome:
     ok: bool
     message: str  # empty when ok
+    defect: bool = False  # an unexpected exception in the worker, its traceback in the log
 
 
 def run_worker(request_file: Path, log: Path, timeout_s: float) -> WorkerOutcome:
@@ -35,6 +43,8 @@ def run_worker(request_file: Path, log: Path, timeout_s: float) -> WorkerOutcome
         return WorkerOutcome(True, "")
     if proc.returncode < 0:
         return WorkerOutcome(False, f"TensorRT crashed the build process ({_signal_name(-proc.returncode)})")
+    if proc.returncode == EXIT_UNCAUGHT:
+        return WorkerOutcome(False, _last_error(log) or "an uncaught exception", defect=True)
     return WorkerOutcome(False, _last_error(log) or f"the build process exited with status {proc.returncode}")
 
 

@@ -35,7 +35,7 @@ from builder.engines.metadata import (
 from builder.engines.repro import write_repro
 from builder.engines.request import PLAN_PRECISIONS, BuildRequest, RecipeError, make_request
 from builder.engines.trt_runner import profiles_run
-from builder.errors import SpecError
+from builder.errors import SpecError, StageDefect
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions, plan_filename
 
@@ -204,6 +204,9 @@ class _Job:
         log.write_bytes(b"")
         outcome = run_worker(staging / "request.json", log, self.options.build_timeout_s)
         where = f"(log: {log}; reproduce: {repro})"
+        if outcome.defect:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise StageDefect(self.model.name, f"engine-{precision.value}", outcome.message, log)
         if not outcome.ok:
             return self._failed(precision, plan, f"{outcome.message} {where}", staging)
         failures, metrics = self._verify(precision, Path(req.eval_outputs))

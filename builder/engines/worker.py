@@ -2,7 +2,8 @@
 
 Runs in its own process so that a TensorRT crash fails one plan, not the build.
 Builds the plan, then runs it on the evaluation inputs for the parent to verify.
-A failure ends with one ``ERROR_PREFIX`` line on stderr and exit status 3.
+A failure TensorRT or Polygraphy names ends with one ``ERROR_PREFIX`` line on stderr and exit
+status 3; any other exception is a defect, left uncaught (its traceback in the log, status 1).
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from builder.engines.isolate import ERROR_PREFIX
+from builder.engines.isolate import ERROR_PREFIX, EXIT_FAILED
 
 if TYPE_CHECKING:
     from builder.engines.request import BuildRequest
-
-EXIT_FAILED = 3
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +40,7 @@ def main(argv: list[str]) -> int:
         inputs = dict(np.load(req.eval_inputs, allow_pickle=False))
         try:
             outputs = run_all(plan, inputs, req.batch_size, req.profiles)
-        except Exception as exc:  # a plan that does not run is a failed plan, with the reason
+        except _refusals() as exc:  # a plan that does not run is a failed plan, with the reason
             return _fail(f"the plan was built but running it failed: {type(exc).__name__}: {exc}")
         np.savez(req.eval_outputs, **outputs)
         if req.eval_timing:
@@ -56,9 +55,17 @@ def _timing(plan: bytes, inputs: dict[str, NDArray[Any]], req: BuildRequest) -> 
 
     try:
         by_profile = time_profiles(plan, inputs, req.batch_size, req.profiles)
-    except Exception as exc:
+    except _refusals() as exc:
         return {"ms_per_sample": None, "error": f"{type(exc).__name__}: {exc}"}
     return {"ms_per_sample": sum(by_profile) / len(by_profile), "by_profile": by_profile}
+
+
+def _refusals() -> tuple[type[Exception], ...]:
+    """What running or timing a plan raises where TensorRT refuses it: its bindings' RuntimeError
+    (and trt_runner's own), Polygraphy's exception for a plan that does not deserialize."""
+    from polygraphy.exception import PolygraphyException
+
+    return (RuntimeError, PolygraphyException)
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -174,7 +174,7 @@ def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[
     except ModelRefused as exc:
         raise SpecError(
             f"{inputs.STAGE} stage failed: {reason(exc)}", file=ctx.spec_file, model=spec.name, field="source"
-        ) from None
+        ) from exc
 
 
 def auto_inputs(spec: LLMSpec) -> AutoDType | None:

@@ -31,7 +31,7 @@ def resolve_source(spec: LLMSpec, *, spec_file: Path) -> Path:
             file=spec_file,
             model=spec.name,
             field="source",
-        ) from None
+        ) from exc
     if not isinstance(made, (str, os.PathLike)):
         raise SpecError(
             f"{spec.source}() returned {type(made).__name__}, not the path of a .gguf file or a folder",

@@ -54,7 +54,7 @@ def _resolve(ref: str, name: str, spec: LLMSpec, spec_file: Path) -> Path:
         made = factory()
     except Exception as exc:  # the factory is the user's code: report whatever it raised
         raise SpecError(f"{ref}() failed: {type(exc).__name__}: {exc}", file=spec_file, model=spec.name,
-                        field=field) from None  # fmt: skip
+                        field=field) from exc  # fmt: skip
     if not isinstance(made, (str, os.PathLike)):
         raise SpecError(f"{ref}() returned {type(made).__name__}, not the path of an adapter folder",
                         file=spec_file, model=spec.name, field=field)  # fmt: skip
@@ -76,7 +76,7 @@ def check_adapter_folder(folder: Path, name: str, spec: LLMSpec, *, file: Path |
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise fail(f"{config_file} is not valid JSON ({exc})") from None
+        raise fail(f"{config_file} is not valid JSON ({exc})") from exc
     if not isinstance(config, dict):
         raise fail(f"{config_file} is not a JSON object")
     kind = config.get("peft_type")
@@ -106,7 +106,7 @@ def check_adapter(folder: Path, name: str, spec: LLMSpec, checkpoint: Path, *, f
     try:
         factors = safetensors_shapes(folder / ADAPTER_WEIGHTS)
     except ValueError as exc:
-        raise fail(f"{folder / ADAPTER_WEIGHTS}: {exc}") from None
+        raise fail(f"{folder / ADAPTER_WEIGHTS}: {exc}") from exc
     base: dict[str, list[int]] = {}
     for weights in sorted(checkpoint.glob("*.safetensors")):
         base.update(safetensors_shapes(weights))
@@ -154,8 +154,8 @@ def safetensors_shapes(path: Path) -> dict[str, list[int]]:
             raise ValueError("not a safetensors file (bad header size)")
         try:
             header = json.loads(handle.read(size))
-        except (ValueError, UnicodeDecodeError):
-            raise ValueError("not a safetensors file (bad header)") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError("not a safetensors file (bad header)") from exc
     if not isinstance(header, dict):
         raise ValueError("not a safetensors file (bad header)")
     return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}

@@ -108,7 +108,7 @@ def load_graph(source: str, spec_dir: Path, *, spec_file: Path, model: str) -> A
             file=spec_file,
             model=model,
             field="source",
-        ) from None
+        ) from exc
 
 
 def fill_from_graph(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -> dict[str, Any]:
@@ -247,7 +247,10 @@ def _call_factory(ref: str, spec_dir: Path, *, spec_file: Path, model: str) -> o
     try:
         func = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
+        raise SpecError(f"cannot import '{ref}': {exc}", file=spec_file, model=model, field="source") from exc
+    try:
+        return func()
+    except Exception as exc:  # the factory is the user's code: report whatever it raised
         raise SpecError(
-            f"cannot import '{ref}': {exc}", file=spec_file, model=model, field="source"
-        ) from None
-    return func()
+            f"{ref}() failed: {type(exc).__name__}: {exc}", file=spec_file, model=model, field="source"
+        ) from exc

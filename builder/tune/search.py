@@ -31,7 +31,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from builder.errors import BuildError
 from builder.tune.candidates import Candidate, SearchSpace, equivalence_key, within
+from clients.perf.errors import PerfError
+
+# What measuring raises for a candidate the server does not load or perf_analyzer cannot measure
+# (or never sees stabilise): a failed trial. Anything else is a defect and fails the tune.
+MEASURE_FAILURES = (BuildError, PerfError)
 
 # Spinning last: which way wins depends on the load the winner of the others puts on the cores.
 DIMENSIONS = ("instances", "max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "spinning")
@@ -109,7 +115,7 @@ def sweep(
     for c in levels:
         try:
             p = measure(cand, c)
-        except Exception as exc:  # a candidate the server refuses or that errors under load
+        except MEASURE_FAILURES as exc:  # a candidate the server refuses or that errors under load
             trial.status, trial.reason = "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             break
         trial.points.append(p)
@@ -234,7 +240,7 @@ def side_by_side(
                 continue
             try:
                 trial.points.append(measure(trial.candidate, c))
-            except Exception as exc:  # counted as a miss: that config stops here
+            except MEASURE_FAILURES as exc:  # counted as a miss: that config stops here
                 trial.status, trial.reason = "failed", f"{type(exc).__name__} at concurrency {c}"
                 trial.points.append(Point(c, 0.0, math.inf, math.inf))
     out: dict[str, object] = {}

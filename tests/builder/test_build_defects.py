@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builder import pipeline
 from builder.cli import main
+from builder.errors import ModelRefused
+from builder.records import BuildOptions
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +82,35 @@ def test_an_unbuildable_model_is_left_out_and_the_rest_published(
     manifest = json.loads((repo / "manifest.json").read_text())
     assert sorted(manifest["models"]) == ["tiny"]
     assert not (repo / "strict").exists() and not (repo / "strict_ensemble").exists()
+
+
+def test_a_dropped_variant_names_the_log_that_keeps_its_traceback(
+    tiny_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: object, **kwargs: object) -> object:
+        raise ModelRefused("planted refusal")
+
+    monkeypatch.setattr("builder.stages.fp16.convert_fp16", refused)
+    lines: list[str] = []
+    opts = BuildOptions(tiny_project / "models.yaml", tiny_project / "model_repository", target="local",
+                        log=lines.append)  # fmt: skip
+    pipeline.build(opts)
+    (line,) = [x for x in lines if x.startswith("[tiny] variant fp16 not published")]
+    assert "fp16 stage failed: ModelRefused: planted refusal (traceback in " in line
+    log = Path(line.split("traceback in ")[1].removesuffix(")"))
+    assert log.name == "fp16.failure.log" and "planted refusal" in log.read_text()
+    assert "Traceback" in log.read_text()
+
+
+def test_a_model_left_out_names_the_log_that_keeps_its_traceback(
+    tiny_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refused(*args: object, **kwargs: object) -> object:
+        raise ModelRefused("planted refusal")
+
+    monkeypatch.setattr("builder.stages.check.check", refused)
+    assert build(tiny_project) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "check stage failed: ModelRefused: planted refusal (traceback in " in line
+    log = Path(line.split("traceback in ")[1].split(")")[0])
+    assert log.name == "check.failure.log" and "Traceback" in log.read_text()

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from builder.cache import file_hash
 from builder.errors import ModelRefused, SpecError, StageDefect
-from builder.failures import defect, guarded, refusal
+from builder.failures import defect, guarded, reason, refusal
 
 
 def raised(fn: object, *args: object) -> BaseException:
@@ -75,3 +75,25 @@ def test_a_defect_line_names_model_stage_and_log(tmp_path: Path) -> None:
     exc = defect(TypeError("bad call"), "m", "verify-fp16", tmp_path / "x.log")
     assert str(exc).startswith("model 'm': verify-fp16 stage: TypeError: bad call")
     assert str(tmp_path / "x.log") in str(exc)
+
+
+def test_a_refusal_keeps_its_traceback_in_the_stage_log_and_its_line_names_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "check.failure.log"
+    refuse = guarded(lambda _: onnx.load(str(tmp_path / "none.onnx")), model="m", stage="check",
+                     user_code=tmp_path, log=log)  # fmt: skip
+    with pytest.raises(ModelRefused) as refused:
+        refuse(tmp_path)
+    assert "Traceback" in log.read_text() and "onnx.load" in log.read_text()
+    assert reason(refused.value).startswith("FileNotFoundError: ")
+    assert reason(refused.value).endswith(f" (traceback in {log})")
+
+
+def test_a_named_refusal_keeps_its_traceback_too(tmp_path: Path) -> None:
+    def body(_: Path) -> dict[str, object]:
+        raise ModelRefused("no operator quantized")
+
+    log = tmp_path / "int8.failure.log"
+    with pytest.raises(ModelRefused) as refused:
+        guarded(body, model="m", stage="int8", user_code=tmp_path, log=log)(tmp_path)
+    assert reason(refused.value) == f"ModelRefused: no operator quantized (traceback in {log})"
+    assert 'raise ModelRefused("no operator quantized")' in log.read_text()

@@ -14,7 +14,8 @@ from builder.engines.detect import TensorRTAvailability
 from builder.engines.metadata import fingerprint, read_metadata
 from builder.engines.plan import EngineResult, Evaluation, Status, _Job, engine_options, plan_engines
 from builder.engines.profiles import ProfileShapes
-from builder.engines.request import make_request
+from builder.engines.request import BuildRequest, make_request
+from builder.errors import StageDefect
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
 from builder.stages.verify import run_onnx
@@ -59,6 +60,20 @@ def test_a_tensorrt_crash_fails_one_plan_with_a_clear_message(
     assert f"--onnx={variants[Precision.FP32]}" in repro.read_text() and "--fp16" in repro.read_text()
     assert str(repro) in result.message and old.with_name("model.plan.log").is_file()
     assert trt10.named("build_serialized_network") == [[2]]  # it got as far as building, with 2 profiles
+
+
+def test_an_unexpected_exception_in_the_worker_is_a_defect_with_its_traceback(
+    trt10, tmp_path, variants, a10, monkeypatch
+) -> None:
+    """A request the worker cannot read (a planted defect of the builder) fails the build (exit
+    status 1), its traceback in the plan's log, instead of failing one plan as TensorRT's doing."""
+    monkeypatch.setattr(BuildRequest, "to_json", lambda self: '{"onnx": "x.onnx"}')
+    with pytest.raises(StageDefect) as info:
+        _plan(tmp_path, variants, a10, [Precision.FP16])
+    log = tmp_path / "engines" / "fp16" / "model.plan.log"
+    assert (info.value.model, info.value.stage, info.value.log) == ("tiny", "engine-fp16", log)
+    assert info.value.summary == "KeyError: 'profiles'" and "not of the model" in str(info.value)
+    assert "Traceback (most recent call last)" in log.read_text() and "from_json" in log.read_text()
 
 
 def test_a_parser_error_in_the_worker_names_the_node(trt10, tmp_path, variants, a10, monkeypatch) -> None:

@@ -132,3 +132,12 @@ def test_zoo_factory_gives_the_packaged_gguf() -> None:
     path = gguf()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90_000_000
     check_gguf(path, file="models.yaml", model="smollm2")
+
+
+def test_a_factory_s_own_exception_stays_the_cause_of_its_one_line(tmp_path: Path) -> None:
+    from builder.llm.export import resolve_source
+
+    (tmp_path / "failing_src.py").write_text("def boom():\n    raise OSError('gone')\n")
+    with pytest.raises(SpecError) as info:
+        resolve_source(spec(source="failing_src:boom"), spec_file=tmp_path / "models.yaml")
+    assert isinstance(info.value.__cause__, OSError)  # its traceback stays with the one line

@@ -153,3 +153,11 @@ def test_adapter_names_are_unique_model_names(tmp_path: Path, second: dict[str, 
     (tmp_path / "models.yaml").write_text(json.dumps({"llms": [first, other]}))
     with pytest.raises(SpecError, match=message):
         load_spec(tmp_path / "models.yaml")
+
+
+def test_a_factory_s_own_exception_stays_the_cause_of_its_one_line(tmp_path: Path) -> None:
+    (tmp_path / "failing_adapters.py").write_text("def boom():\n    raise OSError('gone')\n")
+    with pytest.raises(SpecError, match=r"failing_adapters:boom\(\) failed: OSError: gone") as info:
+        resolve_adapters(spec({"x": "failing_adapters:boom"}), spec_file=tmp_path / "models.yaml")
+    assert isinstance(info.value.__cause__, OSError)
+    sys.modules.pop("failing_adapters", None)

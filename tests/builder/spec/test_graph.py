@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,21 @@ def test_a_file_that_is_not_onnx_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"cannot read 'bad\.onnx' as ONNX") as err:
         load_spec(_spec(tmp_path, source="bad.onnx"))
     assert err.value.field == "source"
+
+
+def test_a_factory_raising_while_the_spec_loads_is_the_user_s_error(tmp_path: Path) -> None:
+    (tmp_path / "raising_maker.py").write_text("def make():\n    return {}['weights']\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(_spec(tmp_path, source="raising_maker:make"))
+    line = info.value.one_line()
+    assert line.startswith(f"{tmp_path / 'models.yaml'}: model 'm': source: ")
+    assert "raising_maker:make() failed: KeyError: 'weights'" in line
+    assert isinstance(info.value.__cause__, KeyError)
+    sys.modules.pop("raising_maker", None)
+
+
+def test_a_file_that_is_not_onnx_keeps_the_reader_s_exception_as_the_cause(tmp_path: Path) -> None:
+    (tmp_path / "junk.onnx").write_bytes(b"\xff not a protobuf \x00" * 10)
+    with pytest.raises(SpecError, match=r"cannot read 'junk\.onnx' as ONNX") as info:
+        load_spec(_spec(tmp_path, source="junk.onnx"))
+    assert info.value.__cause__ is not None

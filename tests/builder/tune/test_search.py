@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+from builder.errors import BuildError
 from builder.tune.candidates import Candidate, SearchSpace, runner_spins, within
 from builder.tune.search import Limits, Point, Trial, search, side_by_side, sweep
+from clients.perf.errors import UnstableError
 
 SPACE = SearchSpace(
     instances=(1, 2, 3),
@@ -132,13 +134,36 @@ def test_a_challenger_must_beat_the_incumbent_by_the_noise_margin() -> None:
 def test_failed_default_leaves_the_search_going() -> None:
     def measure(cand: Candidate, c: int) -> Point:
         if cand == DEFAULT:
-            raise RuntimeError("unstable")
+            raise UnstableError("unstable")
         return Point(c, 50.0, 1.0, 1.0)
 
     space = SearchSpace((1, 2), (0,), ((),), (16,), 16, 16)
     result = search(space, DEFAULT, measure, 1000.0, limits=Limits(concurrency=(1,)))
     assert result.default.status == "failed"
     assert result.chosen.candidate.instances == 2
+
+
+def test_a_candidate_the_server_refuses_is_a_failed_trial() -> None:
+    def measure(cand: Candidate, c: int) -> Point:
+        if cand.instances == 2:
+            raise BuildError("tiny [2 instances] did not load")
+        return Point(c, 50.0, 1.0, 1.0)
+
+    space = SearchSpace((1, 2), (0,), ((),), (16,), 16, 16)
+    result = search(space, DEFAULT, measure, 1000.0, limits=Limits(concurrency=(1,)))
+    (failed,) = [t for t in result.trials if t.status == "failed"]
+    assert failed.reason == "BuildError: tiny [2 instances] did not load"
+
+
+def test_an_unexpected_exception_while_measuring_is_a_defect_not_a_failed_trial() -> None:
+    def measure(cand: Candidate, c: int) -> Point:
+        raise KeyError("planted")
+
+    space = SearchSpace((1, 2), (0,), ((),), (16,), 16, 16)
+    with pytest.raises(KeyError, match="planted"):
+        search(space, DEFAULT, measure, 1000.0, limits=Limits(concurrency=(1,)))
+    with pytest.raises(KeyError, match="planted"):
+        side_by_side(DEFAULT, DEFAULT, measure, 1000.0, (1,))
 
 
 def test_best_ignores_points_after_a_miss() -> None:
