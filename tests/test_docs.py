@@ -31,13 +31,15 @@ def test_the_spec_example_is_a_valid_spec() -> None:
 
 
 def test_the_example_target_is_complete_and_writes_a_config() -> None:
-    (code,) = [c for c in blocks(ROOT / "docs" / "targets.md", "python") if "class OpenVinoTarget" in c]
+    (code,) = [c for c in blocks(ROOT / "docs" / "targets.md", "python") if "class OrtOpenVinoTarget" in c]
     namespace: dict[str, object] = {}
     exec(compile(code, "docs/targets.md", "exec"), namespace)
-    target = namespace["OpenVinoTarget"]()  # type: ignore[operator]
+    target = namespace["OrtOpenVinoTarget"]()  # type: ignore[operator]
     resnet = next(m for m in load_spec(ROOT / "models.yaml").models if m.name == "resnet18")
     cfg = target.core_config(resnet, "resnet18", Precision.FP32)
-    assert cfg.backend == "openvino" and cfg.max_batch_size == resnet.max_batch_size
+    (accelerator,) = cfg.optimization.execution_accelerators.cpu_execution_accelerator
+    assert cfg.platform == "onnxruntime_onnx" and accelerator.name == "openvino"
+    assert cfg.max_batch_size == resnet.max_batch_size
     assert cfg.instance_group[0].count == resnet.instances.count and cfg.HasField("dynamic_batching")
 
 

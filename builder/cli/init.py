@@ -20,7 +20,7 @@ import yaml
 
 from builder.errors import SpecError
 from builder.sources import SOURCES, InitRequest
-from builder.spec import load_spec
+from builder.spec import Runtime, load_spec
 from builder.spec.checkpoint import Task
 from builder.spec.probe import probe_record
 
@@ -38,6 +38,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "adds the int8 variant, calibrated on it",
     )
     p.add_argument("--evaluation", help="an .npz of samples the variants are verified on (default: random)")
+    p.add_argument(
+        "--runtime",
+        choices=[r.value for r in Runtime],
+        help="verify and serve on this runtime only (default: every runtime, the fastest verified serves)",
+    )
     p.add_argument(
         "--append", type=Path, metavar="SPEC", help="append to this models.yaml instead of printing"
     )
@@ -65,8 +70,13 @@ def make_entry(args: argparse.Namespace, spec_file: Path) -> dict[str, Any]:
     for source in SOURCES.values():
         entry = source.init_entry(args.model, request, spec_file)
         if entry is not None:
-            return entry
+            return _pinned(entry, getattr(args, "runtime", None))
     raise SpecError("no such .onnx file", file=args.model)
+
+
+def _pinned(entry: dict[str, Any], runtime: str | None) -> dict[str, Any]:
+    """With ``--runtime``, the entry's variants are made on that runtime alone."""
+    return entry if runtime is None else {**entry, "runtimes": [runtime]}
 
 
 def _say_probed(entry: dict[str, Any], spec_file: Path) -> None:

@@ -29,6 +29,7 @@ DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "fp16": {"min_cosine": 0.999},
     "int8": {"min_cosine": 0.98},
     "int8_dynamic": {"min_cosine": 0.98},
+    "bf16": {"min_cosine": 0.999},
 }
 # ONNX TensorProto element types by name, as Triton types (the spec's DType values).
 _DTYPES = {

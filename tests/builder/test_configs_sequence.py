@@ -12,7 +12,7 @@ from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelSeque
 from builder.configs import read_config, write_config
 from builder.records import ModelBuild, VerificationReport
 from builder.server import TritonServer
-from builder.spec import ModelSpec, Precision
+from builder.spec import ModelSpec, Precision, Variant
 from builder.targets import get
 from builder.targets.gpu import GpuTarget
 from builder.targets.local import ONNX_SEQUENCE
@@ -71,8 +71,9 @@ def test_direct_strategy_and_float_controls() -> None:
 
 def test_local_runs_the_sequence_model_which_keeps_the_states() -> None:
     spec = model("vad")
-    build = ModelBuild(spec, {Precision.FP32: Path("model.onnx")}, served=Precision.FP32)
-    build.reports[Precision.FP32] = VerificationReport(Precision.FP32, True, {}, [])
+    fp32 = Variant(Precision.FP32)
+    build = ModelBuild(spec, {fp32: Path("model.onnx")}, served=fp32)
+    build.reports[fp32] = VerificationReport(fp32, True, {}, [])
     [entry] = get("local").core_models(build, None)
     assert entry.sources == {"model.py": ONNX_SEQUENCE, "contract.py": ONNX_SEQUENCE.with_name("contract.py")}
     sb = entry.config.sequence_batching

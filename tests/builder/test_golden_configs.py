@@ -15,15 +15,18 @@ import pytest
 
 from builder.pipeline import build
 from builder.records import BuildOptions, ModelBuild
-from builder.spec import Precision
-from builder.stages.inputs import cpu_has_vnni
+from builder.spec import Precision, Runtime, Variant
+from builder.stages.inputs import cpu_has_native_bf16, cpu_has_vnni
 from tests.conftest import ROOT, test_cache_dir
 
 GOLDEN = ROOT / "tests" / "golden"
 # Variants whose INT8 verifies only where ONNX Runtime's INT8 kernels have VNNI (cpu_has_vnni:
 # the same flag the INT8 recipe reads): elsewhere they are not published. The golden copy is
 # written on a CPU with VNNI.
-VNNI_ONLY = {"efficientnet_lite0_int8/config.pbtxt"}
+VNNI_ONLY = {"efficientnet_lite0_int8/config.pbtxt", "efficientnet_lite0_int8_openvino/config.pbtxt"}
+# Variants OpenVINO computes in bf16 only where the CPU has AVX-512 BF16 or AMX (cpu_has_native_bf16,
+# the flags the variant's read-back precision follows); the golden copy is written on such a CPU.
+BF16_ONLY = {"resnet18_bf16_openvino/config.pbtxt", "minilm_encoder_bf16_openvino/config.pbtxt"}
 pytestmark = pytest.mark.slow
 
 
@@ -31,13 +34,17 @@ def configs(repo: Path) -> dict[str, str]:
     return {str(p.relative_to(repo)): p.read_text() for p in sorted(repo.rglob("config.pbtxt"))}
 
 
-FIXED_ORDER = (Precision.INT8, Precision.INT8_DYNAMIC, Precision.FP16, Precision.FP32)
+FIXED_ORDER = [
+    Variant(p, r)
+    for r in (Runtime.ONNXRUNTIME, Runtime.OPENVINO)
+    for p in (Precision.INT8, Precision.INT8_DYNAMIC, Precision.FP16, Precision.FP32, Precision.BF16)
+]
 
 
-def fastest_by_fixed_order(self: ModelBuild, among: list[Precision]) -> Precision | None:
+def fastest_by_fixed_order(self: ModelBuild, among: list[Variant]) -> Variant | None:
     """Where the spec names no variant, the build serves the fastest measured one, which
     depends on the machine and its load; these configs take a fixed order instead."""
-    return next((p for p in FIXED_ORDER if p in among), None)
+    return next((v for v in FIXED_ORDER if v in among), None)
 
 
 @pytest.mark.parametrize("target", ["local", "cpu", "gpu"])
@@ -55,7 +62,7 @@ def test_zoo_configs_match_golden(target: str, tmp_path: Path, monkeypatch: pyte
     produced = configs(repo)
     golden_dir = GOLDEN / target
     if os.environ.get("TRITONFORGE_UPDATE_GOLDEN") == "1":
-        assert cpu_has_vnni(), "regenerate the golden configs on a CPU with VNNI (see VNNI_ONLY)"
+        assert cpu_has_vnni() and cpu_has_native_bf16(), "regenerate on a CPU with VNNI and bf16 (see *_ONLY)"
         shutil.rmtree(golden_dir, ignore_errors=True)
         for rel, text in produced.items():
             (golden_dir / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -63,4 +70,6 @@ def test_zoo_configs_match_golden(target: str, tmp_path: Path, monkeypatch: pyte
     expected = configs(golden_dir)
     if not cpu_has_vnni():
         expected = {name: text for name, text in expected.items() if name not in VNNI_ONLY}
+    if not cpu_has_native_bf16():
+        expected = {name: text for name, text in expected.items() if name not in BF16_ONLY}
     assert produced == expected

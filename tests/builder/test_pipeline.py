@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from builder.pipeline import build
-from builder.records import BuildOptions, BuildResult
-from builder.spec import Precision
+from builder.records import BATCH_INVARIANCE, BuildOptions, BuildResult
+from builder.spec import Precision, Variant
 from tests.conftest import tree_digest
 
 pytestmark = pytest.mark.slow
@@ -47,15 +47,18 @@ def test_a_changed_tolerance_reruns_only_verification(tiny_project: Path) -> Non
     spec.write_text(yaml.safe_dump(doc))
     again = run(tiny_project)
     ran = {s.name for b in again.models for s in b.stages if not s.skipped}
-    assert ran == {"verify-int8"}
+    assert ran == {"verify-int8", "verify-int8_openvino"}  # the int8 graph on each runtime
 
 
 def test_manifest_records_inputs_artifacts_tools_and_metrics(tiny_project: Path) -> None:
     result = run(tiny_project)
     manifest = json.loads((tiny_project / "model_repository" / "manifest.json").read_text())
     entry = manifest["models"]["tiny"]
-    assert entry["served"] == result.models[0].served.value
-    assert set(entry["verification"]) == {"fp32", "fp16", "int8"}
+    assert entry["served"] == str(result.models[0].served)
+    assert set(entry["verification"]) == {"fp32", "fp16", "int8", "fp32_openvino", "int8_openvino"}
+    assert entry["verification"]["int8_openvino"]["runtime"] == "openvino"
+    assert entry["verification"]["fp32_openvino"]["computed_in"] == "f32"
+    assert entry["verification"]["fp32"]["batch_max_diff"] <= BATCH_INVARIANCE
     assert entry["verification"]["int8"]["passed"] is True
     assert {"export", "check", "reference", "int8", "verify-int8"} <= set(entry["stages"])
     assert all(len(h) == 64 for h in entry["artifacts"].values())
@@ -67,8 +70,10 @@ def test_every_passing_variant_is_published(tiny_project: Path) -> None:
     served = result.models[0].served
     repo = tiny_project / "model_repository"
     published = {p.name for p in repo.iterdir() if p.is_dir()}
-    others = {f"tiny_{p.value}" for p in (Precision.FP32, Precision.FP16, Precision.INT8) if p is not served}
+    onnxruntime = {Variant(p) for p in (Precision.FP32, Precision.FP16, Precision.INT8)}
+    others = {f"tiny_{v.name}" for v in onnxruntime | set(result.models[0].passed) if v != served}
     assert published == {"tiny"} | others
+    assert onnxruntime <= set(result.models[0].passed)
     assert (repo / "tiny" / "1" / "model.py").is_file()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from builder.records import BATCH_INVARIANCE
 from builder.server import TritonServer
-from builder.spec import load_spec
+from builder.spec import Variant, load_spec
 from zoo.minilm import load_texts, reference_embeddings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,16 +51,14 @@ def reference() -> np.ndarray:
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_embeddings_match_sentence_transformers(
-    triton: TritonServer, protocol: str, reference: np.ndarray
+    triton: TritonServer, zoo_repo: Path, protocol: str, reference: np.ndarray
 ) -> None:
     served = embed(triton, protocol, MIXED)
     assert served.shape == (len(MIXED), 384) and served.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-4)
     cosine = (served * reference).sum(axis=1) / np.linalg.norm(reference, axis=1)
     tolerance = load_spec(ROOT / "models.yaml").model("minilm_encoder").tolerances
-    served_variant = load_spec(ROOT / "models.yaml").model("minilm_encoder").serve.local
-    assert served_variant is not None
-    allowed = tolerance[served_variant]
+    allowed = tolerance[served(zoo_repo).precision]
     assert cosine.min() >= allowed.min_cosine, cosine
     assert cosine.mean() >= allowed.mean_cosine, cosine
 
@@ -70,14 +70,22 @@ def test_text_past_the_profile_is_truncated_not_rejected(triton: TritonServer) -
     assert float(vector @ truncated_reference) > 0.97
 
 
-def test_each_request_alone_equals_the_batch(triton: TritonServer) -> None:
-    """Padding to the longest text of a batch must not change any text's embedding."""
+def test_each_request_alone_equals_the_batch(triton: TritonServer, zoo_repo: Path) -> None:
+    """Padding to the longest text of a request must not change any text's embedding. The served
+    variant is one whose answer does not move with its batch mates, or runs each request alone
+    (ONNX Runtime's dynamic INT8, which scales activations per batch: its texts padded inside one
+    request moved by up to 0.021); its verification measured how far."""
     together = embed(triton, "grpc", MIXED[:4])
     alone = np.concatenate([embed(triton, "grpc", [t]) for t in MIXED[:4]])
-    # The served int8_dynamic variant scales activations per batch: 0.021 at most measured on an
-    # AVX2 CPU without VNNI (0.02 held on AVX-512 VNNI); the cosine below is what is promised.
-    np.testing.assert_allclose(together, alone, atol=3e-2)
+    report = json.loads((zoo_repo / "manifest.json").read_text())["models"]["minilm_encoder"]
+    moved = report["verification"][report["served"]]["batch_max_diff"]
+    np.testing.assert_allclose(together, alone, atol=3e-2 if moved > BATCH_INVARIANCE else 2e-3)
     assert ((together * alone).sum(axis=1) > 0.99).all()
+
+
+def served(zoo_repo: Path) -> Variant:
+    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["minilm_encoder"]
+    return Variant.parse(entry["served"])
 
 
 def test_a_non_string_input_gets_tritons_error_and_the_server_stays_up(triton: TritonServer) -> None:

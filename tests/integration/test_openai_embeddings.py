@@ -4,6 +4,7 @@ sentence-transformers' ``encode`` within the served variant's tolerance."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,11 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 
-from builder.openai_frontend.app import Settings
-from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
-from builder.spec import load_spec
+from builder.spec import Variant, load_spec
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 from zoo.minilm import DIM, load_texts, reference_embeddings, tokenize
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,7 +36,7 @@ SAME = 1e-5  # the endpoint adds no error to the model's vectors (cosine distanc
 
 @pytest.fixture(scope="module")
 def client(triton: TritonServer) -> Iterator[openai.OpenAI]:
-    with OpenAIServer(Settings(triton.grpc_url), port=0) as server:
+    with OpenAIServer(Settings(), TritonEngine(triton.grpc_url), port=0) as server:
         yield openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
 
 
@@ -57,7 +59,7 @@ def test_models_lists_the_embedder_beside_the_llm(client: openai.OpenAI) -> None
 
 
 def test_vectors_are_the_models_and_sentence_transformers(
-    client: openai.OpenAI, triton: TritonServer
+    client: openai.OpenAI, triton: TritonServer, zoo_repo: Path
 ) -> None:
     reply = client.embeddings.create(model=EMBEDDER, input=TEXTS)  # the SDK asks for base64 and decodes it
     assert reply.model == EMBEDDER and [d.index for d in reply.data] == list(range(len(TEXTS)))
@@ -66,11 +68,10 @@ def test_vectors_are_the_models_and_sentence_transformers(
     assert cosine(vectors, served(triton, TEXTS)).min() >= 1 - SAME
     floats = client.embeddings.create(model=EMBEDDER, input=TEXTS, encoding_format="float")
     np.testing.assert_array_equal(np.array([d.embedding for d in floats.data], dtype=np.float32), vectors)
-    # The zoo serves the int8_dynamic variant on CPUs: sentence-transformers' vectors within its tolerance.
+    # Sentence-transformers' vectors within the tolerance of the variant the build chose to serve.
     model = load_spec(ROOT / "models.yaml").model("minilm_encoder")
-    variant = model.serve.variant("local")
-    assert variant is not None
-    allowed = model.tolerances[variant]
+    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["minilm_encoder"]
+    allowed = model.tolerances[Variant.parse(entry["served"]).precision]
     against = cosine(vectors, reference_embeddings(TEXTS))
     assert against.min() >= allowed.min_cosine, against
     assert allowed.mean_cosine is None or against.mean() >= allowed.mean_cosine, against

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
 from builder.python_models.image_preprocess.model import preprocess_image
 from builder.server import TritonServer
-from builder.spec import Precision, load_spec
+from builder.spec import Precision, Runtime, Variant, load_spec
 
 pytestmark = pytest.mark.integration
 
@@ -25,9 +24,19 @@ def client(triton: TritonServer) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(triton.grpc_url)
 
 
-def in_process(repo: Path, model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(repo / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+def in_process(
+    repo: Path, model: str, feeds: dict[str, np.ndarray], variant: str = "fp32"
+) -> list[np.ndarray]:
+    """The published model's graph run in this process on the runtime it is served with."""
+    from builder.stages.runtimes import open_variant
+
+    session = open_variant(Variant.parse(variant), repo / model / "1" / "model.onnx")
     return session.run(None, feeds)
+
+
+def served_variant(repo: Path, core: str, model: str) -> str:
+    published = json.loads((repo / "manifest.json").read_text())["models"][core]["published"]
+    return str(published[model])
 
 
 def infer(
@@ -62,9 +71,9 @@ def test_every_published_resnet18_variant_matches_in_process_onnxruntime(
 ) -> None:
     pixels = np.stack([preprocess_image(p.read_bytes()) for p in EVAL_IMAGES[:4]])
     published = json.loads((zoo_repo / "manifest.json").read_text())["models"]["resnet18"]["published"]
-    for name in published:
+    for name, variant in published.items():
         (served,) = infer(client, name, {"input": pixels}, ["logits"])
-        (local,) = in_process(zoo_repo, name, {"input": pixels})
+        (local,) = in_process(zoo_repo, name, {"input": pixels}, variant)
         np.testing.assert_allclose(served, local, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
@@ -74,7 +83,9 @@ def test_image_ensemble_equals_preprocess_then_resnet18(
     images = np.array([[p.read_bytes()] for p in EVAL_IMAGES[:3]], dtype=np.object_)
     (logits,) = infer(client, "resnet18_image", {"IMAGE": images}, ["LOGITS"])
     pixels = np.stack([preprocess_image(p.read_bytes()) for p in EVAL_IMAGES[:3]])
-    (local,) = in_process(zoo_repo, "resnet18", {"input": pixels})
+    (local,) = in_process(
+        zoo_repo, "resnet18", {"input": pixels}, served_variant(zoo_repo, "resnet18", "resnet18")
+    )
     np.testing.assert_allclose(logits, local, rtol=1e-4, atol=1e-4)
 
 
@@ -105,12 +116,13 @@ def test_efficientnet_ensemble_agrees_with_the_pytorch_model_on_the_photos(
     images = np.array([[p.read_bytes()] for p in EVAL_IMAGES], dtype=np.object_)
     (logits,) = infer(client, "efficientnet_lite0_image", {"IMAGE": images}, ["LOGITS"])
     pixels = np.stack([preprocess_image(p.read_bytes(), PREPROCESSING) for p in EVAL_IMAGES])
-    (local,) = in_process(zoo_repo, "efficientnet_lite0", {"input": pixels})
+    served = served_variant(zoo_repo, "efficientnet_lite0", "efficientnet_lite0")
+    (local,) = in_process(zoo_repo, "efficientnet_lite0", {"input": pixels}, served)
     np.testing.assert_allclose(logits, local, rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         reference = efficientnet_lite0()(torch.from_numpy(pixels)).numpy()
-    served = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]["served"]
-    tolerance = load_spec(ROOT / "models.yaml").model("efficientnet_lite0").tolerances[Precision(served)]
+    precision = Variant.parse(served).precision
+    tolerance = load_spec(ROOT / "models.yaml").model("efficientnet_lite0").tolerances[precision]
     metrics = output_metrics(reference, logits)
     assert tolerance.top1 is not None, "every variant of the classifier is held to a top-1 agreement"
     for field in ("top1", "min_cosine", "mean_cosine"):
@@ -135,8 +147,9 @@ def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -
     from builder.stages.inputs import cpu_has_vnni
 
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]
-    expected = {"fp32", "fp16", "int8"} if cpu_has_vnni() else {"fp32", "fp16"}
-    assert set(entry["published"].values()) == expected and entry["served"] == "fp32"
+    onnxruntime = {v for v in entry["published"].values() if Variant.parse(v).runtime is Runtime.ONNXRUNTIME}
+    assert onnxruntime == ({"fp32", "fp16", "int8"} if cpu_has_vnni() else {"fp32", "fp16"})
+    assert Variant.parse(entry["served"]).precision in (Precision.FP32, Precision.BF16)  # serve: [fp32, bf16]
     for precision in ("fp16", "int8"):
         metrics = entry["verification"][precision]["metrics"]["logits"]
         assert metrics["top1"] is not None and metrics["min_cosine"] is not None
@@ -161,3 +174,41 @@ def test_smollm2_serves_the_dtype_auto_chose_among_those_verified(zoo_repo: Path
         assert all(c["skipped"] is None and c["tokens_per_second"] > 0 for c in candidates.values())
     else:
         assert candidates["bfloat16"]["skipped"] and entry["dtype"] == "float32"
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-12))
+
+
+def _zoo_feeds(model: str, rows: int) -> dict[str, np.ndarray]:
+    if model == "minilm_encoder":
+        ids = np.random.default_rng(5).integers(1000, 20000, size=(rows, 24)).astype(np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    return {"input": np.stack([preprocess_image(p.read_bytes()) for p in EVAL_IMAGES[:rows]])}
+
+
+@pytest.mark.parametrize("core", ["resnet18", "minilm_encoder"])
+def test_every_published_variant_answers_a_request_alone_as_among_others(
+    client: grpcclient.InferenceServerClient, zoo_repo: Path, core: str
+) -> None:
+    """Triton batches concurrent requests: every published variant gives each request the same
+    answer alone as among others (one request of several rows runs as a batch of them), within
+    float rounding; a variant whose verification saw its answer move runs each request alone."""
+    from builder.records import BATCH_INVARIANCE
+
+    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"][core]
+    output = "embedding" if core == "minilm_encoder" else "logits"
+    feeds = _zoo_feeds(core, 4)
+    for name, variant in entry["published"].items():
+        (together,) = infer(client, name, feeds, [output])
+        alone = [
+            infer(client, name, {k: v[i : i + 1] for k, v in feeds.items()}, [output])[0] for i in range(4)
+        ]
+        if entry["verification"][variant]["batch_max_diff"] <= BATCH_INVARIANCE:
+            assert (
+                max(_relative(a[0], t) for a, t in zip(alone, together, strict=True)) <= BATCH_INVARIANCE
+            ), name
+        config = (zoo_repo / name / "config.pbtxt").read_text()
+        assert ('"run_alone"' in config) is (
+            entry["verification"][variant]["batch_max_diff"] > BATCH_INVARIANCE
+        )

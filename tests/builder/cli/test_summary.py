@@ -7,7 +7,7 @@ from pathlib import Path
 from builder.cache import StageResult
 from builder.cli.summary import render
 from builder.records import BuildResult, ModelBuild, OutputMetrics, VerificationReport
-from builder.spec import ModelSpec, Precision
+from builder.spec import ModelSpec, Precision, Variant
 
 
 def model() -> ModelSpec:
@@ -22,15 +22,16 @@ def model() -> ModelSpec:
 def test_render_shows_served_variant_worst_metric_and_failures(tmp_path: Path) -> None:
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"\0" * 3 * 2**20)
-    ok = VerificationReport(Precision.FP32, True, {"y": OutputMetrics(0.99991, 0.9999, 0.01, None, None)}, [])
+    ok = VerificationReport(
+        Variant(Precision.FP32), True, {"y": OutputMetrics(0.99991, 0.9999, 0.01, None, None)}, []
+    )
     bad = VerificationReport(
-        Precision.INT8, False, {"y": OutputMetrics(0.9, 0.95, 0.3, None, None)}, ["int8: y"]
+        Variant(Precision.INT8), False, {"y": OutputMetrics(0.9, 0.95, 0.3, None, None)}, ["int8: y"]
     )
-    b = ModelBuild(
-        model(), {Precision.FP32: onnx, Precision.INT8: onnx}, {Precision.FP32: ok, Precision.INT8: bad}
-    )
+    fp32, int8 = Variant(Precision.FP32), Variant(Precision.INT8)
+    b = ModelBuild(model(), {fp32: onnx, int8: onnx}, {fp32: ok, int8: bad})
     b.stages = [StageResult("export", "k", tmp_path, True, 1.0, {})]
-    b.served = Precision.FP32
+    b.served = fp32
     text = render(BuildResult("local", tmp_path / "repo", [b], True, 2.5))
     lines = text.splitlines()
     assert lines[0].split()[:2] == ["model", "served"]

@@ -216,3 +216,69 @@ def test_time_variant_repeats_samples_up_to_opt_batch(tmp_path: Path) -> None:
     x = RNG.standard_normal((2, 6)).astype(np.float32)  # fewer than opt_batch (4)
     ms = time_variant(spec(), linear(tmp_path / "m.onnx"), {"x": x}, repeats=3)
     assert 0 < ms < 1000
+
+
+def batch_scaled(path: Path) -> Path:
+    """logits = x @ W / max|x| over the whole batch: one scale for the batch, as ONNX Runtime's
+    dynamic INT8 takes, so a request's answer moves with its batch mates."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("ReduceMax", ["a"], ["m"], keepdims=0),
+        helper.make_node("Div", ["y", "m"], ["logits"]),
+        helper.make_node("ArgMax", ["logits"], ["ids"], axis=-1, keepdims=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 1]),
+        ],
+        [numpy_helper.from_array(W, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_answer_that_moves_with_its_batch_mates_is_measured(tmp_path: Path) -> None:
+    from builder.records import BATCH_INVARIANCE
+
+    x = RNG.normal(size=(8, 6)).astype(np.float32) * np.linspace(0.1, 3, 8, dtype=np.float32)[:, None]
+    steady = verify_variant(spec(8), Precision.FP32, linear(tmp_path / "m.onnx"), {"x": x}, reference(x))
+    assert steady.batch_max_diff is not None and steady.batch_max_diff <= BATCH_INVARIANCE
+    assert steady.batch_invariant
+    scaled = batch_scaled(tmp_path / "s.onnx")
+    moving = verify_variant(
+        spec(8), Precision.FP32, scaled, {"x": x}, run_onnx(scaled, {"x": x}, batch_size=1)
+    )
+    assert moving.batch_max_diff is not None and moving.batch_max_diff > 0.1 and not moving.batch_invariant
+
+
+def test_a_model_that_never_batches_is_not_checked_for_batch_mates(tmp_path: Path) -> None:
+    x = RNG.normal(size=(4, 6)).astype(np.float32)
+    report = verify_variant(spec(0), Precision.FP32, linear(tmp_path / "m.onnx", batch=False), {"x": x},
+                            reference(x))  # fmt: skip
+    assert report.batch_max_diff is None and report.batch_invariant
+
+
+def test_openvino_variants_are_verified_on_openvino_and_say_what_they_computed(tmp_path: Path) -> None:
+    pytest.importorskip("openvino")
+    from builder.errors import ModelRefused
+    from builder.spec import Runtime, Variant
+    from builder.stages.inputs import cpu_has_native_bf16
+
+    x = RNG.normal(size=(8, 6)).astype(np.float32)
+    path = linear(tmp_path / "m.onnx")
+    report = verify_variant(spec(8), Variant(Precision.FP32, Runtime.OPENVINO), path, {"x": x}, reference(x))
+    assert report.passed and report.computed_in == "f32" and report.variant.name == "fp32_openvino"
+    bf16 = spec(8).model_copy(update={"tolerances": {Precision.BF16: Tolerance(min_cosine=0.99)}})
+    if cpu_has_native_bf16():
+        got = verify_variant(bf16, Variant(Precision.BF16, Runtime.OPENVINO), path, {"x": x}, reference(x))
+        assert got.computed_in == "bf16"
+    else:
+        with pytest.raises(ModelRefused, match="computes f32, not bf16"):
+            verify_variant(bf16, Variant(Precision.BF16, Runtime.OPENVINO), path, {"x": x}, reference(x))
