@@ -32,7 +32,7 @@ from builder.publish import (
 )
 from builder.records import EngineSummary, Log
 from builder.repository import MANIFEST
-from builder.spec import ModelSpec, Precision, Spec
+from builder.spec import ModelSpec, Precision, Spec, Variant
 from builder.stages.inputs import CheckInputs, Fp16Inputs, Int8Inputs, ReferenceInputs
 
 Json = dict[str, Any]  # manifest.json as json.loads reads it
@@ -122,7 +122,8 @@ def _engine_input(model: ModelSpec, entry: Json, cache: Path) -> EngineInput:
     passed = [p for p in variants if verification.get(p.value, {}).get("passed")]
     int8 = variants.get(Precision.INT8)
     table = int8.with_name("calibration.cache") if int8 is not None else None
-    served = Precision(str(entry["served"]))
+    graph = Variant.parse(str(entry["served"])).precision.graph  # bf16 on OpenVINO: the FP32 graph
+    served = graph if graph in variants else None
     return EngineInput(
         model, variants, passed, served, table if table and table.is_file() else None,
         stage_dir(ReferenceInputs.STAGE),

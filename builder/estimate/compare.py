@@ -9,7 +9,7 @@ from typing import Any
 from builder.estimate.llm import LLMRow, checkpoint_sizes, llm_rows
 from builder.estimate.plan import MIB, SERVER_BASE, Row, core_rows, python_row
 from builder.estimate.rss import Measured, measure, measure_llms
-from builder.spec import ModelSpec, Precision, Spec
+from builder.spec import ModelSpec, Spec, Variant
 
 
 def host_memory() -> int:
@@ -26,8 +26,11 @@ def plan(spec: Spec, repo: Path) -> list[Row]:
     rows: list[Row] = []
     for model in spec.models:
         entry = manifest["models"][model.name]
-        served = Precision(entry["served"])
-        graphs = {Precision(p): repo / name / "1" / "model.onnx" for name, p in entry["published"].items()}
+        served = Variant.parse(entry["served"]).precision
+        graphs = {
+            Variant.parse(v).precision: repo / name / "1" / "model.onnx"
+            for name, v in entry["published"].items()
+        }
         rows += core_rows(model, graphs, served)
     rows += [python_row(pm) for pm in spec.python_models]
     return rows
@@ -50,7 +53,8 @@ def compare(rows: list[Row], repo: Path, spec: Spec, log: Any = None) -> list[di
     out = []
     for m in measured:
         model, variant = served[m.model]
-        row = next(r for r in rows if r.model == model.name and r.variant == variant and r.device == "cpu")
+        precision = Variant.parse(variant).precision.value  # rows are per precision (its graph)
+        row = next(r for r in rows if r.model == model.name and r.variant == precision and r.device == "cpu")
         out.append(_result(m, baseline, model.name, variant, row.total, row.model_bytes))
     return out
 

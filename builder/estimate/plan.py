@@ -45,7 +45,10 @@ GPU_CONTEXT = 300 * MIB  # CUDA context and TensorRT runtime (not measurable her
 # to 2.0x (MiniLM dynamic int8) the walked peak.
 ARENA_GROWTH = 2
 
-PARAM_BYTES = {Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1, Precision.INT8_DYNAMIC: 1}
+# bf16 (OpenVINO's, from the FP32 graph) is counted as the FP32 graph it reads: an upper bound.
+PARAM_BYTES = {
+    Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1, Precision.INT8_DYNAMIC: 1, Precision.BF16: 4,
+}  # fmt: skip
 # Bytes per parameter resident on each device. ONNX Runtime's CPU provider runs static int8
 # (Q/DQ) models' convolutions on dequantized weights: the int8 weights plus an fp32 copy.
 RESIDENT_PARAM_BYTES = {
@@ -55,7 +58,13 @@ RESIDENT_PARAM_BYTES = {
 # Bytes per float activation element. On the CPU the variant's own graph is walked (its Q/DQ
 # nodes included) and floats count 4 bytes: ORT's x86 kernels compute fp16 models in fp32.
 ACT_BYTES = {
-    "cpu": {Precision.FP32: 4, Precision.FP16: 4, Precision.INT8: 4, Precision.INT8_DYNAMIC: 4},
+    "cpu": {
+        Precision.FP32: 4,
+        Precision.FP16: 4,
+        Precision.INT8: 4,
+        Precision.INT8_DYNAMIC: 4,
+        Precision.BF16: 4,
+    },
     "gpu": {Precision.FP32: 4, Precision.FP16: 2, Precision.INT8: 1},
 }
 

@@ -20,7 +20,7 @@ from builder.configs import write_config
 from builder.errors import BuildError
 from builder.perf_inputs import real_input_data, spec_shapes
 from builder.pipeline import build
-from builder.records import BuildOptions
+from builder.records import BuildOptions, VerificationReport
 from builder.server import TritonServer
 from builder.spec import ModelSpec, Spec, Variant
 from builder.targets import served_here
@@ -42,6 +42,13 @@ def served_variant(repo: Path, name: str) -> Variant:
     if manifest.get("target") != here:
         raise BuildError(f"{repo} was built for target '{manifest.get('target')}', tuning needs '{here}'")
     return Variant.parse(manifest["models"][name]["served"])
+
+
+def runs_alone(repo: Path, name: str) -> bool:
+    """Whether the served variant's answer moved with its batch mates (it runs each request alone)."""
+    entry = json.loads((repo / "manifest.json").read_text())["models"][name]
+    report = VerificationReport.from_json(entry["verification"][entry["served"]])
+    return not report.batch_invariant
 
 
 def scratch_copy(built: Path, name: str, scratch: Path) -> Path:
@@ -71,6 +78,7 @@ class Bench:
         self.settings, self.log = settings, log
         built = build_local(spec_file, work / "built", log=lambda _: None)
         self.variant = served_variant(built, name)
+        self.alone = runs_alone(built, name)
         self.repo = work / "repo"
         self.repo.mkdir(parents=True, exist_ok=True)
         self.model_dir = scratch_copy(built, name, self.repo)
@@ -97,7 +105,7 @@ class Bench:
         """Write the candidate's config.pbtxt and (re)load the model."""
         import tritonclient.http as httpclient
 
-        cfg = served_here().core_config(apply(self.model, cand), self.name, self.variant)
+        cfg = served_here().core_config(apply(self.model, cand), self.name, self.variant, alone=self.alone)
         write_config(cfg, self.model_dir)
         client = httpclient.InferenceServerClient(self.server.http_url.split("://", 1)[1])
         try:
