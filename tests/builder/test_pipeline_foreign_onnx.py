@@ -94,3 +94,25 @@ def test_a_graph_onnx_runtime_cannot_run_fails_in_one_line_naming_model_and_stag
     line = err.value.one_line()
     assert line.startswith(f"{tmp_path / 'models.yaml'}: model 'bad': source: reference stage failed: ")
     assert "\n" not in line and not (tmp_path / "repo").exists()
+
+
+def test_a_graph_quantized_already_is_served_as_it_comes(tmp_path: Path) -> None:
+    """An INT8 file is not quantized or halved again (an INT8 MiniLM quantized a second time served
+    at cosine 0.953 to its own file): its other variants are left out saying why, and the file
+    serves as it is, as the fp32 variant, on each runtime that verifies it."""
+    import onnxruntime.quantization as q
+
+    f.save(f.conv_graph(13), tmp_path / "float.onnx")
+    q.quantize_dynamic(tmp_path / "float.onnx", tmp_path / "int8.onnx", weight_type=q.QuantType.QInt8)
+    models = [{"name": "done", "source": "int8.onnx", "precisions": ["fp32", "fp16", "int8_dynamic"]}]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
+    lines: list[str] = []
+    result = build(
+        BuildOptions(tmp_path / "models.yaml", tmp_path / "repo", target="local", log=lines.append)
+    )
+    (b,) = result.models
+    assert passed_on_onnxruntime(result) == {"done": ["fp32"]} and b.served is not None
+    assert b.served.precision.value == "fp32"
+    for variant in ("fp16", "int8_dynamic"):
+        (line,) = [x for x in lines if x.startswith(f"[done] variant {variant} not published: ")]
+        assert "the graph is already quantized (" in line
