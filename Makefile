@@ -48,11 +48,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-# mypy --strict over both packages; TensorRT cannot run here, so its calls are checked
+# mypy --strict over the three packages; TensorRT cannot run here, so its calls are checked
 # against tensorrt-stubs.
 typecheck: $(STAMP)
 	$(BIN)/python tools/setup_trt_stubs.py
-	$(BIN)/mypy --strict builder clients
+	$(BIN)/mypy --strict builder clients openai_frontend
 
 # A real perf_analyzer (from the tritonclient 2.48 wheel) where none is on PATH.
 tools: $(STAMP)

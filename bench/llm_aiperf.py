@@ -4,7 +4,7 @@ prompts and load: 64 new tokens (``ignore_eos``, greedy), 16 requests one at a t
 
 * **tritonforge**: one tritonserver with the ``vllm_engine`` model; the project's own code
   (``clients.perf.run_llm_perf``, perf_analyzer's gRPC stream, as `make bench`'s LLM rows) and
-  aiperf through the project's OpenAI endpoint (``python -m builder.openai_frontend``, as
+  aiperf through the project's OpenAI endpoint (``python -m openai_frontend``, as
   ``tritonforge serve --openai-port`` runs it) on the same server;
 * **vllm**: vLLM's own OpenAI server, measured by both tools on its ``/v1/completions``.
 

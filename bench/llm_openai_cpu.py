@@ -1,5 +1,5 @@
 """CPU per streamed token of the serving processes, side by side in one run at 16 streams: vLLM's
-own OpenAI server, the project's OpenAI path (client -> ``python -m builder.openai_frontend`` ->
+own OpenAI server, the project's OpenAI path (client -> ``python -m openai_frontend`` ->
 gRPC -> tritonserver -> the ``vllm_engine`` stub -> its engine core) and the project's gRPC path
 (perf_analyzer's gRPC stream -> tritonserver -> stub -> engine core).
 

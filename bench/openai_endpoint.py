@@ -3,7 +3,7 @@
     TRITONFORGE_LLM_CHECKPOINT=/path/to/checkpoint python -m bench.openai_endpoint
 
 One tritonserver with the zoo's LLM; the endpoint runs in its own process
-(``python -m builder.openai_frontend``, as in the container). The same prompt and 64 new tokens
+(``python -m openai_frontend``, as in the container). The same prompt and 64 new tokens
 (``ignore_eos``, temperature 0) go, alternately, through ``clients.AsyncGenerator`` over gRPC and
 through the ``openai`` SDK's chat streaming: 20 streams one at a time (time to first token, total),
 then 8 at once. Writes ``bench/results/openai.json``.
@@ -112,7 +112,7 @@ async def compare(grpc_url: str, openai_url: str) -> dict[str, Any]:
 
 
 def start_endpoint(grpc_url: str, port: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "builder.openai_frontend", "--triton", grpc_url, "--port", str(port)]
+    cmd = [sys.executable, "-m", "openai_frontend", "--triton", grpc_url, "--port", str(port)]
     proc = subprocess.Popen(cmd, env={**os.environ, "TRITONFORGE_OPENAI_API_KEY": ""})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -72,14 +72,14 @@ build_engines() {
 openai_endpoint() {
   local port="${TRITONFORGE_OPENAI_PORT:-9000}"
   [[ "$port" == 0 ]] && return
-  if ! python3 -c "import builder.openai_frontend.app" >/dev/null 2>&1; then
-    log "no OpenAI endpoint on port $port: this image lacks builder.openai_frontend or its dependencies"
+  if ! python3 -c "import openai_frontend.app" >/dev/null 2>&1; then
+    log "no OpenAI endpoint on port $port: this image lacks openai_frontend or its dependencies"
     return
   fi
   if [[ -z "${TRITONFORGE_OPENAI_API_KEY:-}" ]]; then
     log "TRITONFORGE_OPENAI_API_KEY is not set: the OpenAI endpoint on port $port asks for no key"
   fi
-  python3 -m builder.openai_frontend --triton 127.0.0.1:8001 --host 0.0.0.0 --port "$port" &
+  python3 -m openai_frontend --triton 127.0.0.1:8001 --host 0.0.0.0 --port "$port" &
 }
 
 key="$(admin_key)"

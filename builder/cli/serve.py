@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder.errors import BuildError
-from builder.openai_frontend import API_KEY_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 from builder.server import TritonServer
+from openai_frontend import API_KEY_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 
 if TYPE_CHECKING:
-    from builder.openai_frontend.server import OpenAIServer
+    from openai_frontend.server import OpenAIServer
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -131,17 +131,18 @@ def _openai(server: TritonServer, args: argparse.Namespace) -> OpenAIServer | No
     if args.openai_port == 0:
         return None
     try:  # FastAPI, uvicorn and the SDK types: requirements/llm.txt, only needed when on
-        from builder.openai_frontend.app import Settings
-        from builder.openai_frontend.server import OpenAIServer, api_key
+        from openai_frontend.app import Settings
+        from openai_frontend.server import OpenAIServer, api_key
+        from openai_frontend.triton import TritonEngine
     except ImportError as exc:
         print(f"warning: no OpenAI endpoint ({exc}; install requirements/llm.txt)", file=sys.stderr)
         return None
 
-    settings = Settings(server.grpc_url, api_key(args.openai_api_key), args.openai_max_body_bytes)
+    settings = Settings(api_key(args.openai_api_key), args.openai_max_body_bytes)
     if settings.api_key is None and not is_loopback(args.host):
         print(f"warning: the OpenAI endpoint on {args.host} asks for no key (set {API_KEY_ENV})",
               file=sys.stderr)  # fmt: skip
-    return OpenAIServer(settings, host=args.host, port=args.openai_port)
+    return OpenAIServer(settings, TritonEngine(server.grpc_url), host=args.host, port=args.openai_port)
 
 
 def _wait(server: TritonServer, stop: threading.Event, openai: OpenAIServer | None) -> int:

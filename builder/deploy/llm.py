@@ -15,10 +15,10 @@ from typing import NoReturn
 
 from builder.errors import UserError
 from builder.llm.memory import ModelSizes
-from builder.openai_frontend import API_KEY_ENV
-from builder.openai_frontend import DEFAULT_PORT as OPENAI_PORT
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
+from openai_frontend import API_KEY_ENV
+from openai_frontend import DEFAULT_PORT as OPENAI_PORT
 
 from . import sizing
 from .common import (

@@ -19,8 +19,6 @@ import pytest
 from builder.cache import StageCache
 from builder.llm.build import build_llm
 from builder.llm.serving import MULTI_LORA_FILE
-from builder.openai_frontend.app import Settings
-from builder.openai_frontend.server import OpenAIServer
 from builder.records import BuildContext, LLMBuild
 from builder.repository import Repository, write_and_publish
 from builder.server import TritonServer
@@ -29,6 +27,9 @@ from builder.spec.llm import LLMSpec
 from builder.targets import TARGETS
 from clients.errors import InvalidInput
 from clients.generator import Generator
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 from tests.conftest import ROOT, test_cache_dir
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
 from tests.integration.fixtures.lora_adapter import RANK, make_adapter
@@ -138,7 +139,7 @@ def test_an_unknown_lora_name_is_refused_naming_the_adapters(server: TritonServe
 def test_openai_sdk_reaches_the_adapter_by_its_model_name(
     server: TritonServer, reference: dict[str, str]
 ) -> None:
-    with OpenAIServer(Settings(server.grpc_url), port=0) as endpoint:
+    with OpenAIServer(Settings(), TritonEngine(server.grpc_url), port=0) as endpoint:
         client = openai.OpenAI(base_url=endpoint.url, api_key="unused", max_retries=0, timeout=120)
         listed = {m.id: m.model_dump() for m in client.models.list()}
         reply = client.chat.completions.create(

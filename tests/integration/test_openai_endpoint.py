@@ -14,9 +14,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionTokenLogprob
 
-from builder.openai_frontend.app import Settings
-from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 from tests.integration.fixtures.llm_repo import MODEL, SHARED_MAX_MODEL_LEN, engine_metric
 
 pytestmark = pytest.mark.integration
@@ -36,8 +37,8 @@ def triton(llm_triton: TritonServer) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def endpoint(triton: TritonServer) -> Iterator[OpenAIServer]:
-    settings = Settings(triton.grpc_url, api_key=KEY, max_body_bytes=MAX_BODY)
-    with OpenAIServer(settings, port=0) as server:
+    settings = Settings(api_key=KEY, max_body_bytes=MAX_BODY)
+    with OpenAIServer(settings, TritonEngine(triton.grpc_url), port=0) as server:
         yield server
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from builder.cli import serve
-from builder.openai_frontend.server import api_key
+from openai_frontend.server import api_key
 
 
 def parse(*argv: str) -> argparse.Namespace:

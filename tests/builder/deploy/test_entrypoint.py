@@ -241,6 +241,6 @@ def test_the_openai_endpoint_starts_beside_tritonserver_unless_off(tmp_path: Pat
         assert time.monotonic() < deadline, "the OpenAI endpoint was not started"
         time.sleep(0.05)
     args = (tmp_path / "openai").read_text().split()
-    assert args == ["-m", "builder.openai_frontend", "--triton", "127.0.0.1:8001", "--host", "0.0.0.0",
+    assert args == ["-m", "openai_frontend", "--triton", "127.0.0.1:8001", "--host", "0.0.0.0",
                     "--port", port or "9000"]  # fmt: skip
     assert "TRITONFORGE_OPENAI_API_KEY is not set" in proc.stderr

@@ -19,9 +19,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from builder.openai_frontend.app import Settings
-from builder.openai_frontend.server import OpenAIServer
 from builder.server import TritonServer
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 from tests.integration.fixtures.llm_repo import MODEL
 
 HERE = Path(__file__).parent
@@ -88,7 +89,7 @@ class Endpoint:
 
 @pytest.fixture(scope="module")
 def server(llm_triton: TritonServer) -> Iterator[Endpoint]:
-    with OpenAIServer(Settings(llm_triton.grpc_url), port=0) as endpoint:
+    with OpenAIServer(Settings(), TritonEngine(llm_triton.grpc_url), port=0) as endpoint:
         yield Endpoint(endpoint.url)
 
 

@@ -1,6 +1,6 @@
 """Run the endpoint with uvicorn on its own thread (beside a tritonserver), or alone from the shell.
 
-``python -m builder.openai_frontend --triton 127.0.0.1:8001`` serves it against a running server
+``python -m openai_frontend --triton 127.0.0.1:8001`` serves it against a running server
 (the container's entrypoint does so); ``tritonforge serve`` runs it with the server it starts.
 """
 
@@ -18,14 +18,19 @@ import uvicorn
 
 from . import API_KEY_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 from .app import Settings, create_app
+from .engine import Engine
+from .triton import TritonEngine
 
 
 class OpenAIServer:
-    """The endpoint on ``host:port`` (``port`` 0: one the OS picks; read ``.port`` once started)."""
+    """The endpoint over ``engine`` on ``host:port`` (``port`` 0: one the OS picks; read ``.port``
+    once started)."""
 
-    def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self, settings: Settings, engine: Engine, host: str = "127.0.0.1", port: int = DEFAULT_PORT
+    ) -> None:
         config = uvicorn.Config(
-            create_app(settings), host=host, port=port, log_level="warning", lifespan="on",
+            create_app(settings, engine), host=host, port=port, log_level="warning", lifespan="on",
             timeout_graceful_shutdown=5,
         )  # fmt: skip
         self._server = uvicorn.Server(config)
@@ -77,7 +82,7 @@ def api_key(flag: str | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m builder.openai_frontend", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m openai_frontend", description=__doc__)
     p.add_argument("--triton", default="127.0.0.1:8001", help="tritonserver's gRPC endpoint (host:port)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -87,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_body_bytes < 1:
         print(f"error: --max-body-bytes must be positive, got {args.max_body_bytes}", file=sys.stderr)
         return 2
-    settings = Settings(args.triton, api_key(args.api_key), args.max_body_bytes)
-    config = uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level="warning")
+    app = create_app(Settings(api_key(args.api_key), args.max_body_bytes), TritonEngine(args.triton))
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
     uvicorn.Server(config).run()  # on the main thread: uvicorn handles SIGTERM and SIGINT itself
     return 0

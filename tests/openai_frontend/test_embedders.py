@@ -6,7 +6,8 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from builder.openai_frontend.embedders import MARKER, Embedder, Tokenizer, embedder
+from openai_frontend.embedders import MARKER, embedder
+from openai_frontend.engine import Embedder, Tokenizer
 
 STRING, FP32, INT64 = mc.TYPE_STRING, mc.TYPE_FP32, mc.TYPE_INT64
 

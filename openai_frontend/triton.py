@@ -1,4 +1,5 @@
-"""The Triton side: which models are LLMs, and one ``ModelStreamInfer`` call per request.
+"""The engine the endpoint serves with (`TritonEngine`, tritonserver's gRPC endpoint): which
+models are LLMs, and one ``ModelStreamInfer`` call per request.
 
 An LLM is a ready decoupled model with the vLLM-backend interface (``text_input`` and
 ``sampling_parameters`` inputs), so the ``local`` model and Triton's own vLLM backend both
@@ -15,7 +16,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -27,40 +27,11 @@ from clients.errors import TritonClientError, translate
 from clients.generator import Piece, grpc_request, pieces_of
 from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
 
-from .embedders import Embedder, embedder
+from .embedders import embedder
+from .engine import LLM, Catalog, Embedder, Route
 
 _DTYPES = {"FP32": "<f4", "INT64": "<i8", "INT32": "<i4"}
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
-
-
-@dataclass(frozen=True)
-class LLM:
-    name: str
-    inputs: frozenset[str]
-    adapters: tuple[str, ...] = ()  # its LoRA adapters' names
-    # Its config's sampling defaults set max_tokens: a request without one gets that, not the
-    # context's end.
-    limits_output: bool = False
-
-    @property
-    def chat(self) -> bool:
-        return "messages" in self.inputs
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """The served models this endpoint answers for, by name."""
-
-    llms: dict[str, LLM] = field(default_factory=dict)
-    embedders: dict[str, Embedder] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a request's ``model`` goes: an LLM, and the adapter (None: the base model)."""
-
-    llm: LLM
-    lora_name: str | None = None
 
 
 def adapter_names(config: Any) -> tuple[str, ...]:
@@ -88,14 +59,24 @@ def is_llm(config: Any) -> bool:
     return bool(config.model_transaction_policy.decoupled) and {"text_input", "sampling_parameters"} <= names
 
 
-class TritonBridge:
-    """Talks to tritonserver's gRPC endpoint at ``url`` (host:port); create inside the event loop."""
+class TritonEngine:
+    """Talks to tritonserver's gRPC endpoint at ``url`` (host:port). Its channel opens on the first
+    call, on the event loop that serves the app, and ``close`` ends it (a later call opens another)."""
 
     def __init__(self, url: str) -> None:
-        self._channel = grpc.aio.insecure_channel(url, options=[("grpc.max_receive_message_length", -1)])
-        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self.url = url
+        self._channel: grpc.aio.Channel | None = None
+        self._stub_: Any = None
         self._catalog = Catalog()
         self._fetched = 0.0
+
+    @property
+    def _stub(self) -> Any:
+        if self._channel is None:
+            options = [("grpc.max_receive_message_length", -1)]
+            self._channel = grpc.aio.insecure_channel(self.url, options=options)
+            self._stub_ = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub_
 
     async def catalog(self, fresh: bool = False) -> Catalog:
         if fresh or time.monotonic() - self._fetched > REFRESH_S:
@@ -106,20 +87,10 @@ class TritonBridge:
             self._fetched = time.monotonic()
         return self._catalog
 
-    async def models(self, fresh: bool = False) -> Mapping[str, LLM]:
-        return (await self.catalog(fresh)).llms
-
-    async def embedders(self, fresh: bool = False) -> Mapping[str, Embedder]:
-        return (await self.catalog(fresh)).embedders
-
-    async def find(self, name: str) -> LLM | None:
-        found = (await self.models()).get(name)
-        return found if found is not None else (await self.models(fresh=True)).get(name)
-
     async def route(self, name: str) -> Route | None:
         """The LLM named ``name``, else the one whose adapter it names (a model's own name first)."""
         for fresh in (False, True):
-            models = await self.models(fresh=fresh)
+            models = (await self.catalog(fresh)).llms
             if name in models:
                 return Route(models[name])
             owner = next((llm for llm in models.values() if name in llm.adapters), None)
@@ -190,4 +161,7 @@ class TritonBridge:
             call.cancel()
 
     async def close(self) -> None:
-        await self._channel.close()
+        channel, self._channel, self._stub_ = self._channel, None, None
+        self._catalog, self._fetched = Catalog(), 0.0
+        if channel is not None:
+            await channel.close()

@@ -11,33 +11,13 @@ naming the output marks a model so whatever its outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from .engine import MASK, Embedder, Tokenizer
+
 MARKER = "openai_embedding"  # config parameter: the output that holds the embedding
-MASK = "attention_mask"  # the tokenizer's output whose row sums are the token counts
-
-
-@dataclass(frozen=True)
-class Tokenizer:
-    """The ensemble step that tokenizes the text: its model, text input and mask output."""
-
-    model: str
-    text_input: str
-    mask_output: str = MASK
-
-
-@dataclass(frozen=True)
-class Embedder:
-    name: str
-    text_input: str
-    output: str
-    dims: int
-    batch: int  # the most texts per Triton request (the model's max_batch_size; 0: no batching)
-    shape_tail: tuple[int, ...]  # the text input's shape after the batch dimension
-    tokenizer: Tokenizer | None = None
 
 
 def embedder(config: Any) -> Embedder | None:

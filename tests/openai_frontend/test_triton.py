@@ -8,9 +8,9 @@ import json
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.openai_frontend.bridge import adapter_names, limits_output
-from builder.openai_frontend.protocol import parse_completion
 from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
+from openai_frontend.protocol import parse_completion
+from openai_frontend.triton import adapter_names, limits_output
 
 
 @pytest.mark.parametrize(

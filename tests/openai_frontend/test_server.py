@@ -8,15 +8,17 @@ import urllib.request
 
 import pytest
 
-from builder.openai_frontend.app import Settings
-from builder.openai_frontend.server import OpenAIServer
 from builder.server import find_free_port
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 
-SETTINGS = Settings(f"127.0.0.1:{find_free_port()}")
+SETTINGS = Settings()
+NOWHERE = f"127.0.0.1:{find_free_port()}"  # no tritonserver there
 
 
 def test_port_0_listens_on_a_free_port_until_stopped() -> None:
-    with OpenAIServer(SETTINGS, port=0) as server:
+    with OpenAIServer(SETTINGS, TritonEngine(NOWHERE), port=0) as server:
         assert server.port > 0 and server.is_running()
         with pytest.raises(urllib.error.HTTPError) as caught:  # no tritonserver there: 503
             urllib.request.urlopen(f"{server.url}/models", timeout=30)
@@ -32,4 +34,4 @@ def test_a_taken_port_is_an_error_naming_it() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"could not listen on 127.0.0.1:{port}"):
-            OpenAIServer(SETTINGS, port=port).start()
+            OpenAIServer(SETTINGS, TritonEngine(NOWHERE), port=port).start()

@@ -4,6 +4,11 @@ A thin frontend: it parses OpenAI requests with the ``openai`` package's own typ
 as one ``ModelStreamInfer`` call (``text_input`` or ``messages``, ``sampling_parameters``...), and
 writes the answers back in OpenAI's shapes; admission, priority, cancellation and metrics stay
 the Triton model's. The module imports nothing heavy: ``app`` imports FastAPI and the SDK types.
+
+``create_app(settings, engine)`` (``app``) serves one router per endpoint (``routes/``) over an
+``engine.Engine``; ``triton.TritonEngine`` is tritonserver's, ``server.OpenAIServer`` runs it with
+uvicorn. Its own distribution, ``tritonforge-openai`` (``pyproject.toml`` here), needs the clients
+(``tritonforge-client``) and not the builder: the vLLM serving image installs the two alone.
 """
 
 from __future__ import annotations

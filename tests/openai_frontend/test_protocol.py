@@ -7,13 +7,6 @@ from typing import Any
 
 import pytest
 
-from builder.openai_frontend.protocol import (
-    OpenAIError,
-    from_triton,
-    parse_chat,
-    parse_completion,
-    parse_json,
-)
 from clients.errors import (
     InvalidInput,
     ModelNotReady,
@@ -23,6 +16,13 @@ from clients.errors import (
 )
 from clients.generator import stream_error
 from clients.vllm_engine_contract import TO_CONTEXT_END
+from openai_frontend.protocol import (
+    OpenAIError,
+    from_triton,
+    parse_chat,
+    parse_completion,
+    parse_json,
+)
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
 

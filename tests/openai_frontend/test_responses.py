@@ -8,8 +8,8 @@ import pytest
 from openai.types import Completion as TextCompletion
 from openai.types.chat import ChatCompletion
 
-from builder.openai_frontend.responses import Envelope, Tally, chunk, chunk_event, whole
 from clients.generator import Completion, Piece
+from openai_frontend.responses import Envelope, Tally, chunk, chunk_event, whole
 
 
 def pieces() -> list[Piece]:

@@ -1,6 +1,6 @@
 """The endpoint's guard and its errors before any model answers (no LLM needed: the Triton
 address has nothing listening, so what reaches Triton is refused as unavailable), then its
-answers over a fake bridge: several prompts, echo, a request without ``model``, embeddings."""
+answers over a test engine: several prompts, echo, a request without ``model``, embeddings."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from builder.openai_frontend.app import Settings, create_app
-from builder.openai_frontend.bridge import LLM, Catalog, Route
-from builder.openai_frontend.embedders import Embedder
 from builder.server import find_free_port
 from clients.generator import Completion, Piece
 from clients.vllm_engine_contract import TO_CONTEXT_END
+from openai_frontend.app import Settings, create_app
+from openai_frontend.engine import LLM, Catalog, Embedder, Route
+from openai_frontend.triton import TritonEngine
 
 KEY = "k3y"
 LIMIT = 1024
@@ -27,8 +27,9 @@ LIMIT = 1024
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    settings = Settings(f"127.0.0.1:{find_free_port()}", api_key=KEY, max_body_bytes=LIMIT)
-    with TestClient(create_app(settings), headers={"Authorization": f"Bearer {KEY}"}) as c:
+    settings = Settings(api_key=KEY, max_body_bytes=LIMIT)
+    app = create_app(settings, TritonEngine(f"127.0.0.1:{find_free_port()}"))
+    with TestClient(app, headers={"Authorization": f"Bearer {KEY}"}) as c:
         yield c
 
 
@@ -68,7 +69,7 @@ def test_triton_unreachable_is_503(client: TestClient) -> None:
     assert reply.status_code == 503
 
 
-class FakeBridge:
+class FakeEngine:
     """One LLM (``llm``: each prompt's first letter upper-cased, then "!") and one embedder."""
 
     def __init__(self) -> None:
@@ -78,9 +79,6 @@ class FakeBridge:
 
     async def catalog(self, fresh: bool = False) -> Catalog:
         return self._catalog
-
-    async def models(self, fresh: bool = False) -> Mapping[str, LLM]:
-        return self._catalog.llms
 
     async def route(self, name: str) -> Route | None:
         llm = self._catalog.llms.get(name)
@@ -111,11 +109,8 @@ def _logprobs(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[TestClient]:
-    settings = Settings(f"127.0.0.1:{find_free_port()}", api_key=KEY)
-    app = create_app(settings)
+    app = create_app(Settings(api_key=KEY), FakeEngine())
     with TestClient(app, headers={"Authorization": f"bearer {KEY}"}) as c:  # the scheme in lower case
-        c.portal.call(app.state.bridge.close)  # type: ignore[union-attr]
-        app.state.bridge = FakeBridge()
         yield c
 
 
@@ -170,8 +165,8 @@ def test_embeddings_and_the_models_list(fake: TestClient) -> None:
 
 
 def _sent(fake: TestClient) -> Mapping[str, Any]:
-    bridge: FakeBridge = fake.app.state.bridge  # type: ignore[attr-defined]
-    return bridge.sent[-1]
+    engine: FakeEngine = fake.app.engine  # type: ignore[attr-defined]
+    return engine.sent[-1]
 
 
 def test_chat_logprobs_whole_and_streamed(fake: TestClient) -> None:

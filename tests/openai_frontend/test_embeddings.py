@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder.openai_frontend.embeddings import EmbeddingCall, check_dimensions, parse_embedding, response
-from builder.openai_frontend.protocol import OpenAIError
+from openai_frontend.embeddings import EmbeddingCall, check_dimensions, parse_embedding, response
+from openai_frontend.protocol import OpenAIError
 
 
 def _refused(body: dict[str, Any]) -> OpenAIError:

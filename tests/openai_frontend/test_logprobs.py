@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from builder.openai_frontend.logprobs import chat, completion, steps, text_length
 from clients.errors import InvalidResponse
+from openai_frontend.logprobs import chat, completion, steps, text_length
 
 
 def _raw(*tokens: tuple[str, float, list[tuple[str, float]]]) -> str:

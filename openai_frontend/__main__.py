@@ -1,0 +1,5 @@
+import sys
+
+from openai_frontend.server import main
+
+sys.exit(main())

@@ -1,0 +1,3 @@
+"""One router per endpoint, as Triton's own OpenAI frontend has them (r25.10
+``frontend/fastapi/routers``): ``models``, ``completions``, ``chat``, ``embeddings``. Each reads the
+engine from ``request.app.engine``; ``generate`` is what completions and chat share."""
