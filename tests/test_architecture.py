@@ -108,6 +108,16 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "Python-backend models import nothing",
         ),
         (
+            "builder/python_models/hf_image_processor/contract.py",
+            "import builder.spec.checkpoint",
+            "Python-backend models import nothing",
+        ),
+        (
+            "builder/python_models/shared/image_bytes.py",
+            "import builder.data",
+            "Python-backend models import nothing",
+        ),
+        (
             "builder/python_models/image_preprocess/contract.py",
             "import builder.errors",
             "Python-backend models import nothing",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import SpecError
+from builder.python_models.hf_image_processor.contract import PIXEL_VALUES, PROCESSOR_FILES
 from builder.python_models.shared.processing_contract import (
     CHECKPOINT_CONFIG,
     ENTITIES,
@@ -51,7 +52,7 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
 )  # fmt: skip
-IMAGE_PROCESSOR_FILES = ("preprocessor_config.json",)
+IMAGE_PROCESSOR_FILES = PROCESSOR_FILES
 
 
 class Task(str, Enum):
@@ -228,7 +229,7 @@ def _image_checkpoint(folder: Path, source: str, fail: Any) -> Checkpoint:
     channels = int(getattr(config, "num_channels", 3))
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     ckpt = Checkpoint(
-        folder, source, Task.IMAGE_CLASSIFICATION, ["pixel_values"], hidden, _labels(config), 0,
+        folder, source, Task.IMAGE_CLASSIFICATION, [PIXEL_VALUES], hidden, _labels(config), 0,
         [channels, height, width], [],
     )  # fmt: skip
     return _with_files(ckpt, list(IMAGE_PROCESSOR_FILES))
@@ -286,7 +287,7 @@ def expand(raw: dict[str, Any], spec_dir: Path, *, spec_file: Path) -> dict[str,
 def core_entry(ckpt: Checkpoint, entry: dict[str, Any]) -> dict[str, Any]:
     out = {"max_batch_size": DEFAULT_MAX_BATCH_SIZE, **entry}
     out.setdefault("inputs", [_tensor(n, "INT64", [-1]) for n in ckpt.inputs] if ckpt.task.text
-                   else [_tensor("pixel_values", "FP32", ckpt.image_dims)])  # fmt: skip
+                   else [_tensor(PIXEL_VALUES, "FP32", ckpt.image_dims)])  # fmt: skip
     out.setdefault("outputs", core_outputs(ckpt))
     if ckpt.task.text:
         opt = min(OPT_SEQUENCE, ckpt.max_length)
@@ -328,7 +329,7 @@ def python_model_entries(ckpt: Checkpoint, name: str, batch: int) -> list[dict[s
         pre = {
             "name": f"{name}_preprocess", "path": str(PYTHON_MODELS / "hf_image_processor"),
             "inputs": [_tensor(IMAGE, "STRING", [1])],
-            "outputs": [_tensor("pixel_values", "FP32", ckpt.image_dims)], "files": ckpt.files, **common,
+            "outputs": [_tensor(PIXEL_VALUES, "FP32", ckpt.image_dims)], "files": ckpt.files, **common,
         }  # fmt: skip
     if ckpt.task is Task.FEATURE_EXTRACTION:
         return [pre]

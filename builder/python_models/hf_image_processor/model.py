@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .image_bytes import as_bytes
+
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported as a library (tests)
@@ -26,16 +28,6 @@ def load_processor(folder: str | Path) -> Any:
     from transformers import AutoImageProcessor
 
     return AutoImageProcessor.from_pretrained(str(folder))
-
-
-def as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, np.ndarray):  # a [1] element of a [B, 1] request
-        return as_bytes(item.reshape(-1)[0])
-    if isinstance(item, str):
-        return item.encode("latin-1")
-    raise TypeError(f"expected image bytes, got {type(item).__name__}")
 
 
 def pixel_values(processor: Any, images: list[bytes]) -> NDArray[Any]:

@@ -13,7 +13,6 @@ tokenizer and ``config.json`` are the checkpoint's, copied beside this file.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from .contract import (
     TOKEN_SCORES,
     TOKENS,
 )
+from .no_torch import without_torch
 
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -141,13 +141,6 @@ def batch_outputs(
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def without_torch() -> None:
-    """Marks torch absent before transformers is imported: a tokenizer needs none, and transformers
-    imports an installed torch (seconds and hundreds of MB in every model instance). The serving
-    image has no torch either. Only the Triton model calls it, never a process that uses torch."""
-    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  # None: "not importable"
 
 
 class TritonPythonModel:

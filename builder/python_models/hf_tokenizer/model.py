@@ -14,7 +14,6 @@ without Triton, so tests call them directly.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .contract import MAX_LENGTH, OFFSET_MAPPING, SPECIAL_TOKENS_MASK, TEXT
+from .no_torch import without_torch
 from .text_input import decode_texts
 
 try:  # only present inside tritonserver
@@ -46,13 +46,6 @@ def encode(tokenizer: Any, texts: list[str], names: list[str], max_length: int) 
         return_special_tokens_mask=SPECIAL_TOKENS_MASK in names,
     )  # fmt: skip
     return {name: np.asarray(encoded[name], dtype=np.int64) for name in names}
-
-
-def without_torch() -> None:
-    """Marks torch absent before transformers is imported: a tokenizer needs none, and transformers
-    imports an installed torch (seconds and hundreds of MB in every model instance). The serving
-    image has no torch either. Only the Triton model calls it, never a process that uses torch."""
-    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  # None: "not importable"
 
 
 class TritonPythonModel:

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from . import contract
+from .image_bytes import as_bytes
 
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -90,16 +91,6 @@ def preprocess_image(data: bytes, recipe: Recipe = IMAGENET) -> NDArray[Any]:
     return np.ascontiguousarray((hwc * recipe.scale + recipe.offset).transpose(2, 0, 1))
 
 
-def _as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, np.ndarray):  # a [1] element of a [B, 1] request
-        return _as_bytes(item.reshape(-1)[0])
-    if isinstance(item, str):
-        return item.encode("latin-1")
-    raise TypeError(f"expected image bytes, got {type(item).__name__}")
-
-
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
@@ -115,7 +106,7 @@ class TritonPythonModel:
     def _one(self, request: Any) -> Any:
         images = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
         try:
-            pixels = np.stack([preprocess_image(_as_bytes(item), self.recipe) for item in images])
+            pixels = np.stack([preprocess_image(as_bytes(item), self.recipe) for item in images])
         except Exception as exc:
             msg = f"cannot decode image: {exc}"
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(msg))

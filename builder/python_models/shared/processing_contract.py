@@ -3,7 +3,7 @@
 ``hf_token_classification``: the config parameters, tensor names and files that
 builder/spec/checkpoint.py writes (models.yaml's ``parameters:`` for ``tokenizer``) and the models
 read, declared once. A checkpoint's pipeline hands tensors from one model to the next under these
-names. (``hf_image_processor`` takes its tensor names from its config: it shares none.)
+names. (``hf_image_processor`` has its own ``contract.py``: its files and ``pixel_values``.)
 
 Each package links to this file as its ``contract.py``, so the repository writer copies it beside
 ``model.py`` and the model imports it as a sibling; the builder imports it from here. It imports

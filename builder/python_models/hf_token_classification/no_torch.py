@@ -1,0 +1,1 @@
+../shared/no_torch.py
