@@ -70,8 +70,9 @@ def triton(
     """tritonserver with the ``vllm_engine`` model (or the naive one) named ``smollm2``;
     ``settings``: its ServingSettings (default: 64 may wait); ``overrides``: engine settings
     changed from ``ENGINE``; ``tag`` names the work folder."""
-    from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+    from builder.llm.serving import EngineArgs, ServingSettings
     from builder.server import TritonServer
+    from builder.targets.vllm_python import write_local_model
 
     name = tag or "_".join(f"{k}-{v}" for k, v in overrides.items())
     root = WORK / ("naive" if naive else "triton") / name

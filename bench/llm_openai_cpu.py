@@ -152,7 +152,9 @@ def write_repo(
     """The zoo's LLM as ``bench.llm`` serves it, ``extra`` added to its model.json."""
     import shutil
 
-    from builder.llm.serving import ENGINE_ARGS_FILE, EngineArgs, ServingSettings, write_local_model
+    from builder.llm.serving import EngineArgs, ServingSettings
+    from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE
+    from builder.targets.vllm_python import write_local_model
 
     shutil.rmtree(repo, ignore_errors=True)
     engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)

@@ -21,8 +21,9 @@ from typing import Any
 
 from bench.common import machine, save
 from builder.estimate.rss import tree_rss
-from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+from builder.llm.serving import EngineArgs, ServingSettings
 from builder.server import TritonServer
+from builder.targets.vllm_python import write_local_model
 from clients.generator import AsyncGenerator
 
 MODEL = "smollm2"

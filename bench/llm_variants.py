@@ -114,7 +114,8 @@ def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
 
 def write_model(model_dir: Path, engine: Any) -> Path:
     """The project's model as bench.llm serves it (64 may wait); returns its version folder."""
-    from builder.llm.serving import ServingSettings, write_local_model
+    from builder.llm.serving import ServingSettings
+    from builder.targets.vllm_python import write_local_model
 
     shutil.rmtree(model_dir, ignore_errors=True)
     return write_local_model(model_dir, engine, ServingSettings(max_waiting=64))

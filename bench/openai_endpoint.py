@@ -26,8 +26,9 @@ from typing import Any
 import openai
 
 from bench.common import machine, save
-from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+from builder.llm.serving import EngineArgs, ServingSettings
 from builder.server import TritonServer, find_free_port
+from builder.targets.vllm_python import write_local_model
 from clients.generator import AsyncGenerator
 
 MODEL = "smollm2"

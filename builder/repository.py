@@ -18,7 +18,6 @@ What each core model becomes on a target is the target's answer
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import FACTORY_PATTERN, PythonModelSpec, Spec, TensorSpec
 from builder.stages.code import code_fingerprint
 from builder.targets import ModelEntry, Target
+from builder.targets.writer import link, write_entry
 
 MANIFEST = "manifest.json"
 TOOLS = ("onnx", "onnxruntime", "torch", "tritonclient", "numpy", "onnxconverter-common", "onnxsim")
@@ -229,21 +229,10 @@ def _stages(stages: list[StageResult]) -> Json:
 def _write_entry(
     entry: ModelEntry, outputs: list[TensorSpec], ctx: BuildContext, root: Path
 ) -> dict[str, str]:
-    """The model folder: config, version folder with artifacts (linked) and sources (copied)."""
-    model_dir = root / entry.name
-    version = model_dir / "1"
-    version.mkdir(parents=True)
-    artifacts: dict[str, str] = {}
-    for name, src in entry.artifacts.items():
-        (version / name).parent.mkdir(parents=True, exist_ok=True)
-        _link(src, version / name)
-        artifacts[f"{entry.name}/1/{name}"] = file_hash(version / name)
-    copy_sources(entry.sources, version)
-    for name, text in entry.texts.items():
-        (version / name).write_text(text, encoding="utf-8")
-    write_config(entry.config, model_dir)
-    _write_labels(outputs, ctx, model_dir, entry.name)
-    return artifacts
+    """The model folder and its labels; each built file's hash, by its path in the repository."""
+    version = write_entry(entry, root)
+    _write_labels(outputs, ctx, root / entry.name, entry.name)
+    return {f"{entry.name}/1/{name}": file_hash(version / name) for name in entry.artifacts}
 
 
 def _write_python_model(pm: PythonModelSpec, r: Repository, root: Path) -> None:
@@ -253,7 +242,7 @@ def _write_python_model(pm: PythonModelSpec, r: Repository, root: Path) -> None:
     copy_sources(model_sources(r.ctx.spec_dir / pm.path), version)
     for i, extra in enumerate(pm.files):
         path = resolve_file(extra, r.ctx.spec_file, pm.name, f"files[{i}]")
-        _link(path, version / path.name)
+        link(path, version / path.name)
     write_config(entry.config, root / pm.name)
     _write_labels(pm.outputs, r.ctx, root / pm.name, pm.name)
 
@@ -270,14 +259,6 @@ def _labels(outputs: list[TensorSpec], ctx: BuildContext, model: str) -> dict[st
 def _write_labels(outputs: list[TensorSpec], ctx: BuildContext, model_dir: Path, model: str) -> None:
     for name, lines in _labels(outputs, ctx, model).items():
         (model_dir / name).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-
-
-def _link(src: Path, dst: Path) -> None:
-    """Hard-link cache artifacts into the repository (they are immutable); copy across devices."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def tool_versions() -> dict[str, str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.llm.serving import EngineArgs, ServingSettings, write_local_model  # noqa: E402
+from builder.llm.serving import EngineArgs, ServingSettings  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
+from builder.targets.vllm_python import write_local_model  # noqa: E402
 
 MODEL = "vllm_opt"  # the model name Triton's vLLM-backend tests use
 
@@ -59,10 +61,9 @@ def serve(work: Path, max_waiting: int | None) -> TritonServer:
     from tests.integration.fixtures.llm_repo import checkpoint
 
     engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=2048, max_num_seqs=16)
-    version = write_local_model(work / "repo" / MODEL, engine, ServingSettings(max_waiting=max_waiting))
-    link = version / "checkpoint"
-    link.unlink(missing_ok=True)
-    link.symlink_to(checkpoint())
+    shutil.rmtree(work / "repo" / MODEL, ignore_errors=True)  # a run before this one left it
+    settings = ServingSettings(max_waiting=max_waiting)
+    write_local_model(work / "repo" / MODEL, engine, settings, checkpoint=checkpoint())
     server = TritonServer(
         work / "repo", log_path=work / "server.log", model_control="explicit", load_models=[MODEL],
         http_port=8000, grpc_port=8001, metrics_port=8002,

@@ -13,21 +13,17 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
 from builder.llm.interface import LOCAL_INPUTS, LOCAL_OUTPUTS, add_tensors
-from builder.python_models import copy_sources, model_sources, package
+from builder.python_models import package
 from builder.python_models.vllm_engine.contract import (
-    ENGINE_ARGS_FILE,
     HEALTH_CHECK,
     LANES,
     LORA_NAMES,
     MAX_WAITING,
-    MULTI_LORA_FILE,
     SAMPLING_DEFAULTS,
     STREAM_MIN_GAP_MS,
 )
@@ -239,21 +235,3 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
     if settings.lora_names:
         set_lora_names(cfg, settings.lora_names)
     return cfg
-
-
-def write_local_model(
-    model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None,
-    adapters: Mapping[str, str] | None = None,
-) -> Path:  # fmt: skip
-    """``model_dir/config.pbtxt``, the ``vllm_engine`` package in ``1/`` and ``1/model.json`` (and
-    ``1/multi_lora.json`` naming ``adapters``' folders, given with ``engine.lora``); returns the
-    version folder."""
-    version = model_dir / "1"
-    version.mkdir(parents=True, exist_ok=True)
-    copy_sources(model_sources(MODEL_SOURCE.parent), version)
-    (version / ENGINE_ARGS_FILE).write_text(json.dumps(model_json(engine), indent=2) + "\n", encoding="utf-8")
-    if adapters:
-        (version / MULTI_LORA_FILE).write_text(multi_lora_json(adapters), encoding="utf-8")
-    config = local_config(model_dir.name, settings)
-    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config), encoding="utf-8")
-    return version

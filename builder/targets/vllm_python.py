@@ -4,6 +4,7 @@ the interface of Triton's vLLM backend (the local and cpu targets serve LLMs thi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from builder.llm.serving import (
@@ -22,26 +23,50 @@ from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_L
 from builder.records import LLMBuild
 from builder.spec.llm import LLMDType, LLMSpec
 from builder.targets.base import ModelEntry
+from builder.targets.writer import write_entry
 
 CHECKPOINT_DIR = "checkpoint"
 
 
 def vllm_python_entry(build: LLMBuild) -> ModelEntry:
-    """Config, the ``vllm_engine`` package in ``1/`` (``model.py`` and its modules), ``1/model.json``
-    and the checkpoint under ``1/checkpoint/``; with LoRA adapters, each under ``1/loras/<name>/`` and
-    ``1/multi_lora.json`` naming them relative to the version folder (the model resolves them there,
-    as it does ``model``)."""
+    """The build's model folder: the verified checkpoint and adapters, the spec's settings."""
     spec = build.spec
-    args = engine_args(spec, build.verdict.dtype)
-    texts = {ENGINE_ARGS_FILE: json.dumps(model_json(args), indent=2) + "\n"}
-    if build.adapters:
-        texts[MULTI_LORA_FILE] = multi_lora_json({name: adapter_dir(name) for name in build.adapters})
+    args, settings = engine_args(spec, build.verdict.dtype), serving_settings(spec)
+    return vllm_python_model(spec.name, args, settings, checkpoint=build.checkpoint, adapters=build.adapters)
+
+
+def vllm_python_model(
+    name: str, engine: EngineArgs, settings: ServingSettings | None = None, *,
+    checkpoint: Path | None = None, adapters: Mapping[str, Path] | None = None,
+) -> ModelEntry:  # fmt: skip
+    """Config, the ``vllm_engine`` package in ``1/`` (``model.py`` and its modules), ``1/model.json``
+    and ``checkpoint``'s files under ``1/checkpoint/``; with LoRA adapters, each under
+    ``1/loras/<name>/`` and ``1/multi_lora.json`` naming them relative to the version folder (the
+    model resolves them there, as it does ``model``)."""
+    if checkpoint is not None and engine.model != CHECKPOINT_DIR:
+        raise ValueError(f"engine: model '{engine.model}' is not the checkpoint's folder '{CHECKPOINT_DIR}'")
+    adapters = adapters or {}
+    texts = {ENGINE_ARGS_FILE: json.dumps(model_json(engine), indent=2) + "\n"}
+    if adapters:
+        texts[MULTI_LORA_FILE] = multi_lora_json({a: adapter_dir(a) for a in adapters})
+    files = checkpoint_files(checkpoint) if checkpoint is not None else {}
     return ModelEntry(
-        local_config(spec.name, serving_settings(spec)),
-        artifacts={**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)},
+        local_config(name, settings),
+        artifacts={**files, **adapter_files(adapters)},
         sources=model_sources(MODEL_SOURCE.parent),
         texts=texts,
     )
+
+
+def write_local_model(
+    model_dir: Path, engine: EngineArgs, settings: ServingSettings | None = None, *,
+    checkpoint: Path | None = None, adapters: Mapping[str, Path] | None = None,
+) -> Path:  # fmt: skip
+    """The folder the build writes for these settings, at ``model_dir``, for tests and benchmarks
+    that serve an LLM alone; returns the version folder. Without ``checkpoint``, ``engine.model``
+    names the checkpoint wherever it is."""
+    entry = vllm_python_model(model_dir.name, engine, settings, checkpoint=checkpoint, adapters=adapters)
+    return write_entry(entry, model_dir.parent)
 
 
 def adapter_dir(name: str) -> str:
@@ -49,7 +74,7 @@ def adapter_dir(name: str) -> str:
     return f"{LORA_DIR}/{name}"
 
 
-def adapter_files(adapters: dict[str, Path]) -> dict[str, Path]:
+def adapter_files(adapters: Mapping[str, Path]) -> dict[str, Path]:
     """Every file of every adapter, by its path in the version folder."""
     return {
         f"{adapter_dir(name)}/{p.relative_to(folder).as_posix()}": p

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+from builder.llm.serving import EngineArgs, ServingSettings
 from builder.server import TritonServer
+from builder.targets.vllm_python import write_local_model
 from clients.errors import TritonClientError
 from clients.generator import Generator
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
@@ -32,8 +33,7 @@ pytestmark = pytest.mark.integration
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     root = tmp_path_factory.mktemp("llm-health")
     engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4)
-    version = write_local_model(root / "repo" / MODEL, engine, ServingSettings())
-    (version / "checkpoint").symlink_to(checkpoint())
+    write_local_model(root / "repo" / MODEL, engine, ServingSettings(), checkpoint=checkpoint())
     server = TritonServer(
         root / "repo", log_path=root / "server.log", exit_timeout_s=15,
         model_control="explicit", load_models=[MODEL],

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.llm.serving import EngineArgs, ServingSettings, write_local_model
+from builder.llm.serving import EngineArgs, ServingSettings
 from builder.server import TritonServer
+from builder.targets.vllm_python import write_local_model
 from clients.errors import TritonClientError
 from clients.generator import Generator
 from tests.integration.fixtures.llm_repo import MODEL, START_TIMEOUT, checkpoint
@@ -33,8 +34,7 @@ GONE_WITHIN_S = 10  # the watcher looks for its stub every 0.5 s
 
 def test_the_engine_dies_with_its_stub_after_every_kind_of_request(tmp_path: Path) -> None:
     engine = EngineArgs(model="checkpoint", dtype="float32", max_model_len=512, max_num_seqs=4)
-    version = write_local_model(tmp_path / "repo" / MODEL, engine, ServingSettings())
-    (version / "checkpoint").symlink_to(checkpoint())
+    write_local_model(tmp_path / "repo" / MODEL, engine, ServingSettings(), checkpoint=checkpoint())
     server = TritonServer(tmp_path / "repo", log_path=tmp_path / "server.log", exit_timeout_s=15)
     server.start(timeout=START_TIMEOUT)
     try:

@@ -18,8 +18,8 @@ from builder.llm.serving import (
     ServingSettings,
     local_config,
     model_json,
-    write_local_model,
 )
+from builder.targets.vllm_python import write_local_model
 
 
 def test_model_json_on_cpu_sets_kv_bytes_and_no_gpu_share() -> None:

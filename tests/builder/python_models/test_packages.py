@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.llm.serving import EngineArgs, write_local_model
+from builder.llm.serving import EngineArgs
 from builder.python_models import PACKAGES, copy_sources, model_sources, package
+from builder.targets.vllm_python import write_local_model
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = sorted(p.name for p in PACKAGES.iterdir() if (p / "model.py").is_file())

@@ -1,0 +1,36 @@
+"""The one writer of a model folder from its entry: the repository writes every entry with it, and
+tests and benchmarks that serve an LLM alone write theirs with it too (``vllm_python``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from builder.configs import write_config
+from builder.python_models import copy_sources
+from builder.targets.base import ModelEntry
+
+
+def write_entry(entry: ModelEntry, root: Path) -> Path:
+    """``root/<name>``: config, version folder with artifacts (linked) and sources (copied), and
+    the generated texts; returns the version folder."""
+    model_dir = root / entry.name
+    version = model_dir / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    for name, src in entry.artifacts.items():
+        (version / name).parent.mkdir(parents=True, exist_ok=True)
+        link(src, version / name)
+    copy_sources(entry.sources, version)
+    for name, text in entry.texts.items():
+        (version / name).write_text(text, encoding="utf-8")
+    write_config(entry.config, model_dir)
+    return version
+
+
+def link(src: Path, dst: Path) -> None:
+    """Hard-link cache artifacts into the repository (they are immutable); copy across devices."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
