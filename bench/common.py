@@ -157,11 +157,12 @@ def build_repo(
 
 
 @contextlib.contextmanager
-def serving(repo: Path, tag: str) -> Iterator[Any]:
-    """A tritonserver on loopback, free ports; always stopped."""
+def serving(repo: Path, tag: str, **options: Any) -> Iterator[Any]:
+    """A tritonserver on loopback, free ports (``options``: TritonServer's, e.g. the models to
+    load); always stopped."""
     from builder.server import TritonServer
 
-    server = TritonServer(repo, log_path=WORK / f"server_{tag}.log")
+    server = TritonServer(repo, log_path=WORK / f"server_{tag}.log", **options)
     server.start(timeout=180)
     try:
         yield server

@@ -26,7 +26,7 @@ OPEN = re.compile(r"<!-- figures: ([^>]*?) -->")
 CLOSE = "<!-- /figures -->"
 # What `make bench` (bench.run) runs, in its order.
 BENCH_RUN = ("serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "queue_bound",
-             "build_time", "llm", "llm_aiperf", "llm_openai_cpu")  # fmt: skip
+             "build_time", "cpu_runtimes", "llm", "llm_aiperf", "llm_openai_cpu")  # fmt: skip
 NOT_RECORDED = "not recorded"
 
 
@@ -156,11 +156,24 @@ def render_rows(results: Sequence[Result], results_dir: Path) -> str:
 
 
 def render_bench_run(results: Sequence[Result], results_dir: Path) -> str:
-    """The whole `make bench` table, and how long the run took (its summary.md)."""
+    """The whole `make bench` table, and how long the run took (its summary.md). A benchmark
+    measured in another run (``bench.run --only``) gets a table under its own machine header."""
     summary = results_dir / "summary.md"
     total = re.search(r"total ([\d.]+) min", summary.read_text()) if summary.is_file() else None
     took = f"The run took {total.group(1)} min (`bench/results/summary.md`).\n\n" if total else ""
-    return took + render_rows(results, results_dir)
+    return took + "\n\n".join(render_rows(group, results_dir) for group in by_run(results))
+
+
+def by_run(results: Sequence[Result]) -> list[list[Result]]:
+    """The results grouped by the run that wrote them (the same machine record), in first-seen order."""
+    groups: list[list[Result]] = []
+    for r in results:
+        same = next((g for g in groups if g[0].data.get("machine") == r.data.get("machine")), None)
+        if same is None:
+            groups.append([r])
+        else:
+            same.append(r)
+    return groups
 
 
 def render_llm(results: Sequence[Result], results_dir: Path) -> str:
@@ -467,6 +480,119 @@ def render_llm_openai_cpu_runs(results: Sequence[Result], results_dir: Path) -> 
     return _lines(header, "", *lines)
 
 
+RUNTIMES_HEAD = (
+    "| model | served variant | served c1 / c8 | ONNX-Runtime-served c1 / c8 | in-process ONNX Runtime "
+    "c1 / c8 | in-process OpenVINO c1 / c8 | served / fastest in-process, c1 | served / ORT-served |",
+    "|---|---|---|---|---|---|---|---|",
+)
+LIMIT_HEAD = (
+    "| model | served computes in | GFLOP per call | host peak for it | floor per call | served c1: "
+    "GFLOP/s, of peak | served c8: GFLOP/s, of peak |",
+    "|---|---|---|---|---|---|---|",
+)
+
+
+def _rates(points: Mapping[str, Any]) -> str:
+    return " / ".join(f"{points[c]:.0f}" for c in ("1", "8"))
+
+
+def _served_rates(side: Mapping[str, Any]) -> str:
+    return _rates({c: p["throughput"] for c, p in side["points"].items()})
+
+
+def _in_process_cell(m: Mapping[str, Any], runtime: str) -> str:
+    side = m["in_process"].get(runtime)
+    return f"{_rates(side['best'])} (`{side['variant']}`)" if side else "not run (no variant)"
+
+
+def runtimes_table(models: Mapping[str, Any]) -> str:
+    """bench.cpu_runtimes: inferences/s of each side at concurrency 1 and 8, and the ratios."""
+    lines = list(RUNTIMES_HEAD)
+    for name, m in models.items():
+        served, ort = m["served"], m["ort_served"]
+        vs_ort = " / ".join(f"{x:.2f}x" for x in m["served_vs_ort_served"].values())
+        in_process = " | ".join(_in_process_cell(m, runtime) for runtime in ("onnxruntime", "openvino"))
+        lines.append(
+            f"| {name} | `{served['variant']}` | {_served_rates(served)} | {_served_rates(ort)} "
+            f"(`{ort['variant']}`) | {in_process} | "
+            f"{m['served_vs_fastest_in_process_c1']:.2f} ({m['fastest_in_process_c1']}) | {vs_ort} |"
+        )
+    return "\n".join(lines)
+
+
+def _of_peak(lim: Mapping[str, Any], rate: float, c: str) -> str:
+    return f"{rate * lim['flops_per_call'] / 1e9:.0f}, {lim['served_of_peak'][c] * 100:.1f} %"
+
+
+def limit_table(models: Mapping[str, Any]) -> str:
+    """bench.cpu_runtimes: the served variant's FLOPs per call against the host's peak."""
+    lines = list(LIMIT_HEAD)
+    for name, m in models.items():
+        lim, points = m["limit"], m["served"]["points"]
+        gflop = f"{lim['flops_per_call'] / 1e9:.2f}"
+        if "peak" not in lim:
+            lines.append(f"| {name} | {lim['precision']} | {gflop} | no unit for it read | - | - | - |")
+            continue
+        served = " | ".join(_of_peak(lim, points[c]["throughput"], c) for c in ("1", "8"))
+        lines.append(
+            f"| {name} | {lim['precision']} | {gflop} | {lim['peak']['how']} | {lim['floor_ms']:.2f} ms | "
+            f"{served} |"
+        )
+    return "\n".join(lines)
+
+
+STUB_HEAD = (
+    "| model | side | served c1, ms per inference | in the stub, one request: execute mean | runtime call "
+    "p50 / p99 / mean | in process c1, ms per inference |",
+    "|---|---|---|---|---|---|",
+)
+
+
+def stub_table(models: Mapping[str, Any]) -> str:
+    """bench.cpu_runtimes: a served inference at c1 against its runner's own execute and runtime call
+    (the runner's timings hook) and the same runtime in process."""
+    lines = list(STUB_HEAD)
+    for name, m in models.items():
+        for key in ("served", "ort_served"):
+            side = m[key]
+            t = side.get("runner_ms") or {}
+            if "run" not in t:
+                continue
+            local = m["in_process"].get(side["runtime"]) or {}
+            here = f"{1000 / local['best']['1']:.2f} (`{local['variant']}`)" if local else "-"
+            run = " / ".join(f"{t['run'][k]:.2f}" for k in ("p50", "p99", "mean"))
+            lines.append(
+                f"| {name} | `{side['model']}` | {1000 / side['points']['1']['throughput']:.2f} | "
+                f"{t['execute']['mean']:.2f} ({t['executes']} executes) | {run} | {here} |"
+            )
+    return "\n".join(lines)
+
+
+def render_cpu_runtimes(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.cpu_runtimes: the sides in inferences/s, the limit, the rows; load through the run."""
+    (r,) = results
+    models = r.get("results", "models")
+    loads = "; ".join(f"{k} {' / '.join(map(str, m['load_avg_before']))}" for k, m in models.items())
+    beside = ", ".join(f"{p['name']} {p['cores']:.2f}" for p in r.get("results", "beside")) or "nothing"
+    text = (
+        f"Load average before each model: {loads}. Cores other processes used at the start: {beside}. "
+        f"Clock {r.get('results', 'host', 'ghz'):g} GHz from {r.get('results', 'host', 'clock_from')}."
+    )
+    return _lines(
+        r.machine().header(r.source),
+        "",
+        text,
+        "",
+        runtimes_table(models),
+        "",
+        limit_table(models),
+        "",
+        stub_table(models),
+        "",
+        _table(r.rows()),
+    )
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -488,6 +614,7 @@ KINDS: dict[str, Kind] = {
     "llm_aiperf": Kind(render_llm_aiperf, ("llm_aiperf",)),
     "llm_openai_cpu": Kind(render_llm_openai_cpu, ("llm_openai_cpu",)),
     "llm_openai_cpu_runs": Kind(render_llm_openai_cpu_runs, ("llm_openai_cpu_runs",)),
+    "cpu_runtimes": Kind(render_cpu_runtimes, ("cpu_runtimes",)),
 }
 
 

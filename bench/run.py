@@ -27,6 +27,7 @@ BENCHMARKS = [
     "vs_per_request",
     "queue_bound",
     "build_time",
+    "cpu_runtimes",
     "llm",
     "llm_aiperf",
     "llm_openai_cpu",

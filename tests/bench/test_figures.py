@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,3 +121,62 @@ def test_the_backends_block_shows_every_variants_run_and_refuses_a_file_without_
     assert "`runs.a`" in text and "`runs.b`" in text and "`runs.old`" not in text
     with pytest.raises(FiguresError, match=r"no bench\.llm_variants record"):
         render_llm_backends([Result("llm_per_token", {"runs": {"old": {"x": 1}}})], tmp_path)
+
+
+def runtimes_record() -> dict[str, Any]:
+    def side(variant: str, runtime: str, c1: float, c8: float) -> dict[str, Any]:
+        points = {"1": {"throughput": c1}, "8": {"throughput": c8}}
+        return {"model": "m", "variant": variant, "runtime": runtime, "points": points}
+
+    def local(variant: str, runtime: str, c1: float, c8: float) -> dict[str, Any]:
+        return {"variant": variant, "runtime": runtime, "best": {"1": c1, "8": c8}}
+
+    runner = {"executes": 90, "execute": {"mean": 2.5}, "run": {"p50": 2.0, "p99": 9.0, "mean": 2.4}}
+    model = {
+        "served": {**side("int8_openvino", "openvino", 400.0, 600.0), "runner_ms": runner},
+        "ort_served": side("fp32", "onnxruntime", 100.0, 150.0),
+        "in_process": {"onnxruntime": local("fp32", "onnxruntime", 110.0, 160.0),
+                       "openvino": local("int8_openvino", "openvino", 450.0, 700.0)},
+        "fastest_in_process_c1": "openvino",
+        "served_vs_fastest_in_process_c1": 400 / 450,
+        "served_vs_ort_served": {"1": 4.0, "8": 4.0},
+        "load_avg_before": [1.5, 2.0, 2.5],
+        "limit": {"flops_per_call": 3.6e9, "precision": "int8", "floor_ms": 0.34,
+                  "peak": {"how": "int8 on amx_int8: 2048 FLOP/cycle/core x 2 cores x 2.6 GHz"},
+                  "served_of_peak": {"1": 0.135, "8": 0.203}},
+    }  # fmt: skip
+    host = {"ghz": 2.6, "cores": 2, "clock_from": "/proc/cpuinfo 'cpu MHz'"}
+    results = {"host": host, "beside": [{"name": "pytest", "cores": 0.9}], "models": {"resnet18": model}}
+    rows = [{"benchmark": "6. CPU runtimes: resnet18", "measured": "0.89", "target": ">= 0.85", "met": True}]
+    return {"machine": MACHINE, "rows": rows, "results": results}
+
+
+def test_the_runtimes_block_shows_every_side_the_ratios_and_the_limit(tmp_path: Path) -> None:
+    from bench.figures import Result, render_cpu_runtimes
+
+    text = render_cpu_runtimes([Result("cpu_runtimes", runtimes_record())], tmp_path)
+    assert (
+        "| resnet18 | `int8_openvino` | 400 / 600 | 100 / 150 (`fp32`) | 110 / 160 (`fp32`) | "
+        "450 / 700 (`int8_openvino`) | 0.89 (openvino) | 4.00x / 4.00x |"
+    ) in text
+    assert "| resnet18 | int8 | 3.60 | int8 on amx_int8: 2048 FLOP/cycle/core" in text
+    assert "| 0.34 ms | 1440, 13.5 % | 2160, 20.3 % |" in text
+    assert "resnet18 1.5 / 2.0 / 2.5" in text and "pytest 0.90" in text and "2.6 GHz" in text
+    assert (
+        "| resnet18 | `m` | 2.50 | 2.50 (90 executes) | 2.00 / 9.00 / 2.40 | 2.22 (`int8_openvino`) |" in text
+    )
+    assert "| 6. CPU runtimes: resnet18 | 0.89 | >= 0.85 | yes |" in text
+
+
+def test_a_benchmark_from_another_run_gets_its_own_header_in_the_run_table(tmp_path: Path) -> None:
+    from bench.figures import Result, render_bench_run
+
+    row = {"benchmark": "b", "measured": "1", "target": "-", "met": None}
+    other = {**MACHINE, "date": "2026-02-03 04:05 UTC", "cpu": "Other CPU"}
+    machines = {"a": MACHINE, "b": other, "c": MACHINE}
+    results = [Result(name, {"machine": m, "rows": [row]}) for name, m in machines.items()]
+    text = render_bench_run(results, tmp_path)
+    assert text.count("*Measured") == 2
+    first, second = text.split("\n\n*Measured 2026-02-03 04:05 UTC; CPU Other CPU")
+    assert "`bench/results/a.json`, `bench/results/c.json`" in first
+    assert "`bench/results/b.json`" in second

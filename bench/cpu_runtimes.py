@@ -1,0 +1,407 @@
+"""6. CPU runtimes: each zoo core model as served (the fastest variant that verified, on whichever
+runtime won) at concurrency 1 and 8, beside the variant ONNX Runtime serves it as (what the zoo
+served before runtimes were a choice: its fastest ONNX Runtime variant among the spec's choices),
+and beside in-process ONNX Runtime and in-process OpenVINO on the same graphs, opened by the
+served model's own runtime modules (``onnx_runner/runtimes``) with the served config's parameters,
+so in process runs what the server runs, with its threads.
+
+In process, concurrency 1 is one caller at batch 1; concurrency 8 is one caller per instance of
+the served config, each at batch 8 / instances (what the dynamic batcher forms at best), or 1 for
+a variant that runs each request alone. Each in-process figure is timed right before and right
+after its model's served sweeps (the larger counts). Each model has a server of its own that loads
+its two served models only. The physical limit is the graph's FLOPs per call against the CPU's
+peak for the precision the served variant computes in (bench/flops.py).
+
+    .venv/bin/python -m bench.run --only cpu_runtimes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bench.common import (
+    TICK,
+    WORK,
+    Options,
+    Row,
+    Workload,
+    build_repo,
+    cpu_flags,
+    cpu_use,
+    minilm_feed,
+    resnet_feed,
+    serving,
+    sweep,
+    workload,
+    zoo_models,
+)
+from bench.flops import Peak, clock_ghz, model_flops, peak, variant_precision
+from builder.python_models.onnx_runner.utils.timings import TIMINGS_ENV
+
+NAME = "cpu_runtimes"
+MODELS = ("resnet18", "efficientnet_lite0", "minilm_encoder")
+FEEDS: dict[str, Callable[[int], dict[str, NDArray[Any]]]] = {
+    "resnet18": resnet_feed, "efficientnet_lite0": resnet_feed, "minilm_encoder": minilm_feed,
+}  # fmt: skip
+CONCURRENCY = (1, 8)
+RUNTIMES = ("onnxruntime", "openvino")
+TARGET_VS_IN_PROCESS = 0.85  # served / the fastest in-process runtime at concurrency 1
+TARGET_VS_ORT = {"resnet18": 3.0}  # served / ONNX-Runtime-served throughput; others: not slower
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published model folder of the scratch repository and the variant it serves."""
+
+    name: str
+    variant: str
+    runtime: str
+    folder: Path
+
+    @property
+    def onnx(self) -> Path:
+        return self.folder / "1" / "model.onnx"
+
+    def config(self) -> dict[str, Any]:
+        """The config as the Python backend hands it to the model (JSON field names)."""
+        from google.protobuf import json_format, text_format
+        from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+        parsed = text_format.Parse((self.folder / "config.pbtxt").read_text(), ModelConfig())
+        return dict(json_format.MessageToDict(parsed, preserving_proto_field_name=True))
+
+    def record(self) -> dict[str, Any]:
+        return {"model": self.name, "variant": self.variant, "runtime": self.runtime}
+
+
+# ---------------------------------------------------------------- which variants
+
+
+def allowed(spec: dict[str, Any], variant: str) -> bool:
+    """Whether the spec's ``serve.local`` choices (none: all) allow the variant's precision."""
+    from builder.spec import Variant
+
+    choices = (spec.get("serve") or {}).get("local")
+    if not choices:
+        return True
+    wanted = [choices] if isinstance(choices, str) else list(choices)
+    return Variant.parse(variant).precision.value in wanted
+
+
+def fastest_on(entry: dict[str, Any], spec: dict[str, Any], runtime: str) -> str | None:
+    """The variant on ``runtime`` the build timed fastest among those that verified, are published
+    and the spec allows the model's name to serve."""
+    published = set(entry["published"].values())
+    timed = {
+        v: r["ms_per_sample"] for v, r in entry["verification"].items()
+        if r["passed"] and r["runtime"] == runtime and r["ms_per_sample"] is not None
+        and v in published and allowed(spec, v)
+    }  # fmt: skip
+    return min(timed, key=lambda v: timed[v]) if timed else None
+
+
+def published(repo: Path, model: str, variant: str, entry: dict[str, Any]) -> Published:
+    name = next(n for n, v in entry["published"].items() if v == variant)
+    runtime = entry["verification"][variant]["runtime"]
+    return Published(name, variant, runtime, repo / name)
+
+
+def sides(repo: Path, model: str, spec: dict[str, Any]) -> dict[str, Published | None]:
+    """The served model, each runtime's fastest variant (in process) and the ONNX Runtime one served."""
+    entry = json.loads((repo / "manifest.json").read_text())["models"][model]
+    out: dict[str, Published | None] = {"served": published(repo, model, entry["served"], entry)}
+    for runtime in RUNTIMES:
+        variant = fastest_on(entry, spec, runtime)
+        out[runtime] = published(repo, model, variant, entry) if variant else None
+    return out
+
+
+# ---------------------------------------------------------------- in process
+
+
+def open_sessions(side: Published, count: int) -> list[Any]:
+    """``count`` sessions of the folder's graph, opened as the served model opens its own."""
+    from builder.python_models.onnx_runner.runtimes import open_session
+
+    config = side.config()
+    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+    return [open_session(side.onnx, params, config) for _ in range(count)]
+
+
+def instances(config: dict[str, Any]) -> int:
+    return sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+
+
+def drive(sessions: Sequence[Any], feed: dict[str, NDArray[Any]], seconds: float) -> float:
+    """Inferences per second with each session called back to back by a thread of its own."""
+    rows = next(iter(feed.values())).shape[0]
+    for s in sessions:
+        s.run(None, feed)  # first call: allocation, OpenVINO's shape-specific compile
+    counts = [0] * len(sessions)
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    def loop(i: int) -> None:
+        while time.perf_counter() < deadline or counts[i] < 3:
+            sessions[i].run(None, feed)
+            counts[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) * rows / (time.perf_counter() - start)
+
+
+def in_process(
+    side: Published, feed: Callable[[int], dict[str, NDArray[Any]]], seconds: float
+) -> dict[str, float]:
+    """Inferences per second at concurrency 1 and 8, as defined in the module's docstring."""
+    config = side.config()
+    count = instances(config)
+    alone = config.get("parameters", {}).get("run_alone", {}).get("string_value") == "1"
+    sessions = open_sessions(side, count)
+    batch = 1 if alone else max(1, 8 // count)
+    return {"1": drive(sessions[:1], feed(1), seconds), "8": drive(sessions, feed(batch), seconds)}
+
+
+# ---------------------------------------------------------------- one model
+
+
+def measure_model(repo: Path, model: str, spec: dict[str, Any], opts: Options) -> dict[str, Any]:
+    chosen = sides(repo, model, spec)
+    served = chosen["served"]
+    assert served is not None
+    ort = chosen["onnxruntime"] or served
+    seconds = 1.0 if opts.quick else 2.0
+    local = {r: p for r, p in chosen.items() if r in RUNTIMES and p is not None}
+    before = {r: in_process(p, FEEDS[model], seconds) for r, p in local.items()}
+    loaded = sorted({served.name, ort.name})
+    timings = WORK / f"{NAME}_timings" / model
+    shutil.rmtree(timings, ignore_errors=True)
+    env = {TIMINGS_ENV: str(timings)}
+    with serving(repo, f"{NAME}_{model}", model_control="explicit", load_models=loaded, env=env) as server:
+        points = {p.name: served_points(server, repo, p, spec, opts, before) for p in (served, ort)}
+    after = {r: in_process(p, FEEDS[model], seconds) for r, p in local.items()}
+    record = summarise(model, chosen, points, before, after)
+    for key, side in (("served", served), ("ort_served", ort)):
+        record[key]["runner_ms"] = runner_times(timings, side.name)
+    return record
+
+
+def runner_times(folder: Path, model: str) -> dict[str, Any]:
+    """The served model's own ``execute`` and runtime call (its ``_run``), in ms, over its executes
+    of one request (nearly all of them at concurrency 1), from the runner's timings hook."""
+    lines = [json.loads(x) for f in folder.glob(f"{model}.*.jsonl") for x in f.read_text().splitlines()]
+    ones = [x for x in lines if x["requests"] == 1 and "run" in x]
+    out: dict[str, Any] = {"executes": len(ones)}
+    for phase in ("execute", "run"):
+        ms = np.array([x[phase] for x in ones], dtype=np.float64) / 1e6
+        if ms.size:
+            p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+            out[phase] = {"p50": p50, "p90": p90, "p99": p99, "mean": float(ms.mean())}
+    return out
+
+
+def served_points(
+    server: Any, repo: Path, side: Published, spec: dict[str, Any], opts: Options, before: dict[str, Any]
+) -> dict[str, Any]:
+    w: Workload = workload(repo, side.name, spec, FEEDS[spec["name"]])
+    hint = max((r["1"] for r in before.values()), default=50.0)
+    with cpu_use(server.pid, side.name) as cores:
+        points = sweep(server.grpc_url, w, CONCURRENCY, opts, rate_hint=hint, tag=f"{NAME}_{side.name}",
+                       metrics_url=server.metrics_url)  # fmt: skip
+    return {"points": {str(p["concurrency"]): p for p in points}, "cores_used": cores}
+
+
+def summarise(
+    model: str,
+    chosen: dict[str, Published | None],
+    points: dict[str, dict[str, Any]],
+    before: dict[str, dict[str, float]],
+    after: dict[str, dict[str, float]],
+) -> dict[str, Any]:
+    served, ort = chosen["served"], chosen["onnxruntime"] or chosen["served"]
+    assert served is not None and ort is not None
+    best = {r: {c: max(before[r][c], after[r][c]) for c in before[r]} for r in before}
+    rate = {name: {c: p["throughput"] for c, p in s["points"].items()} for name, s in points.items()}
+    fastest = max(best, key=lambda r: best[r]["1"])
+    return {
+        "served": {**served.record(), **points[served.name]},
+        "ort_served": {**ort.record(), **points[ort.name]},
+        "in_process": {
+            r: {**p.record(), "before": before[r], "after": after[r], "best": best[r]}
+            for r, p in chosen.items() if r in best and p is not None
+        },
+        "fastest_in_process_c1": fastest,
+        "served_vs_fastest_in_process_c1": rate[served.name]["1"] / best[fastest]["1"],
+        "served_vs_ort_served": {c: rate[served.name][c] / rate[ort.name][c] for c in rate[served.name]},
+        "served_vs_ort_served_best": max(rate[served.name].values()) / max(rate[ort.name].values()),
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- the limit
+
+
+def host_peak() -> dict[str, Any]:
+    text = Path("/proc/cpuinfo").read_text()
+    return {"ghz": clock_ghz(text), "cores": os.cpu_count() or 1, "clock_from": "/proc/cpuinfo 'cpu MHz'"}
+
+
+def limit(
+    record: dict[str, Any], onnx: Path, dims: dict[str, list[int]], host: dict[str, Any]
+) -> dict[str, Any]:
+    """The served variant's FLOPs per call and how far its throughput is from the host's peak."""
+    precision = variant_precision(record["served"]["variant"])
+    top: Peak | None = peak(cpu_flags(), precision, host["cores"], host["ghz"] or 0.0)
+    flops = model_flops(onnx, dims)
+    out: dict[str, Any] = {"flops_per_call": flops, "precision": precision}
+    if top is None or not top.flops_per_s:
+        return out
+    rates = {c: p["throughput"] for c, p in record["served"]["points"].items()}
+    return {
+        **out, "peak": {"unit": top.unit, "flops_per_cycle_core": top.flops_per_cycle_core,
+                        "flops_per_s": top.flops_per_s, "how": top.how()},
+        "floor_ms": flops / top.flops_per_s * 1000,
+        "served_of_peak": {c: r * flops / top.flops_per_s for c, r in rates.items()},
+    }  # fmt: skip
+
+
+def dims_of(model: str) -> dict[str, list[int]]:
+    return (
+        {"input_ids": [1, 128], "attention_mask": [1, 128]}
+        if model == "minilm_encoder"
+        else {"input": [1, 3, 224, 224]}
+    )
+
+
+# ---------------------------------------------------------------- rows
+
+
+def rows_of(model: str, r: dict[str, Any]) -> list[Row]:
+    served, ort = r["served"], r["ort_served"]
+    fastest = r["in_process"][r["fastest_in_process_c1"]]
+    s1 = served["points"]["1"]["throughput"]
+    ratio = r["served_vs_fastest_in_process_c1"]
+    vs_ort = r["served_vs_ort_served_best"]
+    target = TARGET_VS_ORT.get(model, 1.0)
+    per_c = ", ".join(f"c{c} {x:.2f}x" for c, x in r["served_vs_ort_served"].items())
+    return [
+        Row(f"6. CPU runtimes: {model} served ({served['variant']}) / fastest in-process at c1",
+            f"{ratio:.2f} ({s1:.0f} / {fastest['best']['1']:.0f} inf/s in-process {fastest['runtime']} "
+            f"{fastest['variant']}, the larger of {fastest['before']['1']:.0f} before and "
+            f"{fastest['after']['1']:.0f} after)", f">= {TARGET_VS_IN_PROCESS:.2f}",
+            ratio >= TARGET_VS_IN_PROCESS),
+        Row(f"6. CPU runtimes: {model} served / ONNX-Runtime-served ({ort['variant']}) throughput",
+            f"{vs_ort:.2f}x (best of c1, c8: {best_rate(served):.0f} / {best_rate(ort):.0f} inf/s; {per_c})",
+            f">= {target:g}x", vs_ort >= target),
+    ]  # fmt: skip
+
+
+def best_rate(side: dict[str, Any]) -> float:
+    return float(max(p["throughput"] for p in side["points"].values()))
+
+
+# ---------------------------------------------------------------- what ran beside
+
+
+def busy_processes(seconds: float = 2.0, least: float = 0.05) -> list[dict[str, Any]]:
+    """Other processes' names (``comm``) and the cores each used over ``seconds``, busiest first."""
+    first = _process_ticks()
+    time.sleep(seconds)
+    last = _process_ticks()
+    mine = os.getpid()
+    used = [
+        (round((ticks - first[pid][1]) / TICK / seconds, 2), name)
+        for pid, (name, ticks) in last.items() if pid in first and pid != mine
+    ]  # fmt: skip
+    busiest = sorted((u for u in used if u[0] >= least), reverse=True)[:10]
+    return [{"name": name, "cores": cores} for cores, name in busiest]
+
+
+def _process_ticks() -> dict[int, tuple[str, int]]:
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+        out[int(stat.parent.name)] = (name, int(fields[11]) + int(fields[12]))
+    return out
+
+
+def run(opts: Options) -> tuple[dict[str, Any], list[Row]]:
+    zoo = zoo_models()
+    repo = build_repo(NAME, [zoo[m] for m in MODELS])
+    host = host_peak()
+    results: dict[str, Any] = {"concurrency": list(CONCURRENCY), "host": host, "beside": busy_processes(),
+                               "models": {}}  # fmt: skip
+    rows: list[Row] = []
+    for model in MODELS:
+        load = [round(x, 2) for x in os.getloadavg()]
+        record = measure_model(repo, model, zoo[model], opts)
+        served = record["served"]
+        record["limit"] = limit(record, repo / served["model"] / "1" / "model.onnx", dims_of(model), host)
+        record["load_avg_before"] = load
+        results["models"][model] = record
+        rows += rows_of(model, record)
+    return results, rows
+
+
+# ---------------------------------------------------------------- OpenVINO's pinning, alone
+
+
+def pinning(model: str = "resnet18", rounds: int = 3, seconds: float = 2.0) -> dict[str, Any]:
+    """The served OpenVINO graph with the served threads, compiled with OpenVINO's CPU pinning on
+    (its default: a thread running an inference is bound to a core, the same first core for every
+    one-thread session) and off, alternated: one caller at batch 1, and one caller per instance at
+    batch 8 / instances, as ``in_process`` drives them.
+
+        .venv/bin/python -m bench.cpu_runtimes   # after a run: writes bench/results/cpu_runtimes_pinning.json
+    """
+    side = sides(WORK / f"repo_{NAME}", model, zoo_models()[model])["openvino"]
+    assert side is not None
+    count = instances(side.config())
+    made = {pin: [compiled(side, pin) for _ in range(count)] for pin in (True, False)}
+    out: dict[str, Any] = {**side.record(), "instances": count, "load_avg_start": list(os.getloadavg())}
+    out["rounds"] = [
+        {"pinning": pin, "1": drive(ss[:1], FEEDS[model](1), seconds),
+         "8": drive(ss, FEEDS[model](max(1, 8 // count)), seconds)}
+        for _ in range(rounds) for pin, ss in made.items()
+    ]  # fmt: skip
+    out["load_avg_end"] = list(os.getloadavg())
+    return out
+
+
+def compiled(side: Published, pin: bool) -> Any:
+    """The side's graph compiled as its runtime module compiles it, with ENABLE_CPU_PINNING set."""
+    import openvino as ov
+
+    from builder.python_models.onnx_runner.runtimes.openvino import HINTS, OpenVinoSession
+    from builder.python_models.onnx_runner.utils.sizing import threads
+
+    config = side.config()
+    params = {k: v["string_value"] for k, v in config["parameters"].items()}
+    settings = {"INFERENCE_PRECISION_HINT": HINTS[params["precision"]], "PERFORMANCE_HINT": "LATENCY",
+                "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads(params, config)),
+                "ENABLE_CPU_PINNING": pin}  # fmt: skip
+    return OpenVinoSession(ov.Core().compile_model(str(side.onnx), "CPU", settings))
+
+
+if __name__ == "__main__":
+    from bench.common import machine, save
+
+    print(save(f"{NAME}_pinning", {"machine": machine(), "results": pinning()}))
