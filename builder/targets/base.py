@@ -73,14 +73,18 @@ class Target(ABC):
         return variant.runtime is Runtime.ONNXRUNTIME
 
     def published(self, build: ModelBuild) -> dict[str, Variant]:
-        """Model name -> variant: the served one under the spec's name, every other that
-        passed verification (and that this target serves) as ``<model>_<variant>``."""
+        """Model name -> variant: the served one under the spec's name, every other that passed
+        verification and that this target publishes beside it as ``<model>_<variant>``."""
         assert build.served is not None
         names = {build.spec.name: build.served}
         names.update(
-            {f"{build.spec.name}_{v.name}": v for v in build.passed if v != build.served and self.serves(v)}
+            {f"{build.spec.name}_{v.name}": v for v in build.passed if v != build.served and self.beside(v)}
         )
         return names
+
+    def beside(self, variant: Variant) -> bool:
+        """Whether a verified variant that is not served is published beside the served one."""
+        return self.serves(variant)
 
     def core_entries(self, build: ModelBuild) -> list[tuple[str, Variant, ModelConfig]]:
         """Each published model's name, variant and config."""

@@ -1,8 +1,8 @@
 """``local``: the pip-installed tritonserver, which has only the Python backend.
 
 Each core model is served by the ``onnx_runner`` Python model running its variant's runtime (ONNX
-Runtime or OpenVINO) on the CPU; every verified variant is published (``<model>_<variant>``)
-beside the served one.
+Runtime or OpenVINO) on the CPU; every other verified ONNX Runtime variant is published
+(``<model>_<precision>``) beside the served one.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ class LocalTarget(Target):
 
     def serves(self, variant: Variant) -> bool:
         return True  # the onnx_runner runs every runtime (runtimes/)
+
+    def beside(self, variant: Variant) -> bool:
+        # ONNX Runtime's, as ever: an OpenVINO variant is served when it wins. Each published model
+        # is a stub process of its own, and the zoo's would double (memory, start-up).
+        return variant.runtime is Runtime.ONNXRUNTIME
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [

@@ -70,10 +70,11 @@ def test_every_passing_variant_is_published(tiny_project: Path) -> None:
     served = result.models[0].served
     repo = tiny_project / "model_repository"
     published = {p.name for p in repo.iterdir() if p.is_dir()}
-    onnxruntime = {Variant(p) for p in (Precision.FP32, Precision.FP16, Precision.INT8)}
-    others = {f"tiny_{v.name}" for v in onnxruntime | set(result.models[0].passed) if v != served}
+    # Beside the served one: every other ONNX Runtime variant (an OpenVINO one serves when it wins).
+    others = {
+        f"tiny_{p.value}" for p in (Precision.FP32, Precision.FP16, Precision.INT8) if Variant(p) != served
+    }
     assert published == {"tiny"} | others
-    assert onnxruntime <= set(result.models[0].passed)
     assert (repo / "tiny" / "1" / "model.py").is_file()
 
 

@@ -39,8 +39,11 @@ class OpenVinoSession:
         return [results[self.index[n]] for n in names or self.output_names]
 
 
-def compile_graph(path: Path, precision: str, threads: int, cache_dir: Path | None = None) -> OpenVinoSession:
-    """``path`` compiled at ``precision``'s hint; ImportError where OpenVINO cannot be had."""
+def compile_graph(
+    path: Path, precision: str, threads: int, cache_dir: Path | None = None, *, pinned: bool = True
+) -> OpenVinoSession:
+    """``path`` compiled at ``precision``'s hint; ImportError where OpenVINO cannot be had.
+    ``pinned: False`` leaves the threads to the kernel's scheduler (see ``served_session``)."""
     import openvino as ov
 
     core = ov.Core()
@@ -49,13 +52,18 @@ def compile_graph(path: Path, precision: str, threads: int, cache_dir: Path | No
     config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
     if threads > 0:
         config["INFERENCE_NUM_THREADS"] = str(threads)
+    if not pinned:
+        config["ENABLE_CPU_PINNING"] = "NO"
     return OpenVinoSession(core.compile_model(str(path), "CPU", config))
 
 
 def served_session(path: Path, params: dict[str, str], config: dict[str, Any]) -> OpenVinoSession:
     """The served model's session; compiled blobs cached in the version folder where it is
-    writable, so a restart does not compile again."""
-    return compile_graph(path, params.get(PRECISION, "fp32"), threads(params, config), _cache(path, params))
+    writable, so a restart does not compile again. Unpinned: each instance is a process of its
+    own, and OpenVINO pins a process's threads from core 0 up without knowing of the others, so
+    two one-thread instances both ran on core 0 (bench/results/cpu_runtimes_pinning.json)."""
+    cache = _cache(path, params)
+    return compile_graph(path, params.get(PRECISION, "fp32"), threads(params, config), cache, pinned=False)
 
 
 def _cache(path: Path, params: dict[str, str]) -> Path | None:
