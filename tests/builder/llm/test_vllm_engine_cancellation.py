@@ -96,13 +96,13 @@ def test_a_streamed_request_is_asked_after_each_response_and_swept_only_once_its
     model: m.TritonPythonModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As Triton's vLLM backend asks before each response, the asking follows the responses (at most
-    once a WATCH_PERIOD); a request without a streamed response yet is asked at every sweep."""
+    once a STREAM_ASK_PERIOD); a request without a streamed response yet is asked at every sweep."""
     sender, other = RecordingSender(), RecordingSender()
     streamed, waiting = job(sender), job(other)
     watched = {streamed.id: streamed, waiting.id: waiting}
     model._handle((streamed, FakePbUtils.InferenceResponse(), 0), watched)
     assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled"]
-    monkeypatch.setattr(sending, "WATCH_PERIOD", 3600.0)  # the next response comes within it
+    monkeypatch.setattr(sending, "STREAM_ASK_PERIOD", 3600.0)  # the next response comes within it
     model._handle((streamed, FakePbUtils.InferenceResponse(), 0), watched)
     assert [call for call, _, _ in sender.calls] == ["send", "is_cancelled", "send"]
     model._check_cancelled(watched)
@@ -114,3 +114,19 @@ def test_a_streamed_request_is_asked_after_each_response_and_swept_only_once_its
     model._handle((streamed, FakePbUtils.InferenceResponse(), FINAL), watched)
     model._check_cancelled(watched)
     assert [call for call, _, _ in sender.calls][-1] == "send" and streamed.id not in watched
+
+
+def test_the_sending_thread_wakes_only_when_a_question_is_due(model: m.TritonPythonModel) -> None:
+    """No clock of its own: the next sweep is the earliest question due (a WATCH_PERIOD after the
+    last for a request without a streamed response, a STALL_PERIOD for a streamed one), and the
+    engines' check every ENGINE_PERIOD when nothing is watched."""
+    now = 1000.0
+    assert model._due_at({}, now) == now + sending.ENGINE_PERIOD
+    waiting, streamed = job(RecordingSender()), job(RecordingSender())
+    waiting.asked = streamed.asked = now
+    streamed.streaming = True
+    assert model._due_at({streamed.id: streamed}, now) == now + STALL_PERIOD
+    both = {streamed.id: streamed, waiting.id: waiting}
+    assert model._due_at(both, now) == now + sending.WATCH_PERIOD
+    waiting.asked = now - 10  # overdue: asked at the next turn, never in a busy loop
+    assert model._due_at(both, now) == now + sending.WATCH_PERIOD / 10

@@ -176,3 +176,22 @@ def test_updates_beyond_the_bound_are_dropped_not_queued(
     release.set()
     metrics.close()
     assert any("dropping updates" in text for level, text in FakePbUtils.logged if level == "error")
+
+
+def test_the_steps_of_a_period_are_applied_together(
+    families: dict[str, FakeFamily], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One wake-up for the steps that came within METRICS_PERIOD: one increment per counter (their
+    sum), every histogram value, each gauge set once to the last step's value; close() applies
+    what is left without waiting out the period."""
+    monkeypatch.setattr(metrics_module, "METRICS_PERIOD", 3600.0)
+    metrics = m.Metrics(families, {"model": "smollm2", "version": "1"})  # type: ignore[arg-type]
+    metrics.start(max_model_len=512)
+    for itls in ([0.02], [0.03], [0.04]):
+        metrics.record(*step([], itls))
+    metrics.close()
+    assert only(families["vllm:generation_tokens_total"]).values == [("increment", 9)]
+    assert only(families["vllm:prompt_tokens_total"]).values == [("increment", 18)]
+    tpot = only(families["vllm:time_per_output_token_seconds"]).values
+    assert tpot == [("observe", 0.02), ("observe", 0.03), ("observe", 0.04)]
+    assert [only(families[g]).values for g in GAUGES] == [[("set", 2)], [("set", 1)], [("set", 0.25)]]

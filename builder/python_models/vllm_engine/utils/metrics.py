@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,9 @@ PHASE_BUCKETS = (
 N_BUCKETS = (1, 2, 5, 10, 20)
 STEP_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MAX_PENDING_UPDATES = 10_000  # engine steps whose metrics wait for the metrics thread; then dropped
+# Once a step's update comes, the metrics thread waits this long for the steps after it and applies
+# them together: one wake-up for them all, and one increment per counter.
+METRICS_PERIOD = 0.25
 
 
 @dataclass(frozen=True)
@@ -141,9 +145,12 @@ class Metrics:
     """One lane's custom metrics on Triton's metrics port; a no-op when metrics are off.
 
     Each update is a round trip to the server: a thread of its own makes them, so the engine's
-    event loop (which calls ``record`` every step) never waits for one. An update that fails is
-    logged and the thread goes on; past MAX_PENDING_UPDATES waiting steps, new ones are dropped
-    (and counted), so a stalled thread never grows memory without bound.
+    event loop (which calls ``record`` every step) never waits for one. The thread takes the steps
+    of a METRICS_PERIOD at once (one wake-up, where one per step cost as much as the updates), and
+    adds up their counters into one increment each; histograms observe every value, and gauges
+    are set last, to the last step's values. A step whose update fails is logged and the thread
+    goes on; past MAX_PENDING_UPDATES waiting steps, new ones are dropped (and counted), so a
+    stalled thread never grows memory without bound.
     """
 
     def __init__(self, families: dict[str, Any] | None, labels: dict[str, str]) -> None:
@@ -153,6 +160,7 @@ class Metrics:
         self.metrics: dict[str, Any] = {}
         self.gauges: dict[str, float] = {}  # the values last set: a gauge is set only when it moves
         self.dropped = self.failed = 0
+        self.closing = threading.Event()  # close() cuts the thread's wait for more steps short
         self.refused = None if families is None else families[REFUSED_METRIC].Metric(labels=labels)
 
     def start(self, max_model_len: int) -> None:
@@ -180,32 +188,64 @@ class Metrics:
                 )
 
     def _update_loop(self) -> None:
-        while (update := self.updates.get()) is not None:
-            try:
-                self._apply(*update)
-            except Exception:
-                self.failed += 1
-                if self.failed == 1:  # the first in full; the count at close()
-                    pb_utils.Logger.log_error(f"vllm_engine: metrics update failed: {traceback.format_exc()}")
+        """Wait for a step (no wake-up while the engine is idle), then for the steps of a
+        METRICS_PERIOD after it, and apply them together; until close()."""
+        while (first := self.updates.get()) is not None:
+            self.closing.wait(METRICS_PERIOD)
+            steps, last = [first], False
+            while not last:
+                try:
+                    update = self.updates.get_nowait()
+                except queue.Empty:
+                    break
+                if update is None:
+                    last = True
+                else:
+                    steps.append(update)
+            self._apply(steps)
+            if last:
+                return
 
-    def _apply(self, scheduler: Any, iteration: Any) -> None:
-        """The step's counts first, its gauges last: a reader who sees a step's gauges (the engine
-        empty, say) sees its finished requests counted too."""
-        gauges, added = stat_updates(scheduler, iteration)
-        for name, value in added:
-            if KINDS[name] == "COUNTER":
-                self.metrics[name].increment(value)
-            else:
-                self.metrics[name].observe(value)
+    def _apply(self, steps: Iterable[tuple[Any, Any]]) -> None:
+        """The steps' counts first, their gauges last: a reader who sees a step's gauges (the
+        engine empty, say) sees its finished requests counted too."""
+        counts: dict[str, float] = {}
+        gauges: dict[str, float] = {}
+        for scheduler, iteration in steps:
+            try:
+                step_gauges, added = stat_updates(scheduler, iteration)
+                for name, value in added:
+                    if KINDS[name] == "COUNTER":
+                        counts[name] = counts.get(name, 0) + value
+                    else:
+                        self.metrics[name].observe(value)
+                gauges.update(step_gauges)
+            except Exception:
+                self._failed()
+        for name, value in counts.items():
+            self._update(self.metrics[name].increment, value)
         for name, value in gauges.items():
-            if self.gauges.get(name) != value:
-                self.metrics[name].set(value)
+            if self.gauges.get(name) != value and self._update(self.metrics[name].set, value):
                 self.gauges[name] = value
+
+    def _update(self, update: Any, value: float) -> bool:
+        try:
+            update(value)
+        except Exception:
+            self._failed()
+            return False
+        return True
+
+    def _failed(self) -> None:
+        self.failed += 1
+        if self.failed == 1:  # the first in full; the count at close()
+            pb_utils.Logger.log_error(f"vllm_engine: metrics update failed: {traceback.format_exc()}")
 
     def close(self) -> None:
         """Metrics go before their families (the stub insists on that order)."""
         if self.on:
             self.on = False
+            self.closing.set()
             self.updates.put(None)
             self.thread.join(timeout=5)
         if self.failed or self.dropped:

@@ -10,9 +10,14 @@ made, while a busy server sends fewer, larger responses. ``min_gap`` (the config
 
 Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
 response the thread sends, as Triton's vLLM backend asks before each, though at most once a
-WATCH_PERIOD: the asking follows the responses, never more often than a clock would. A request
+STREAM_ASK_PERIOD: the asking follows the responses, never more often than a clock would. A request
 without one yet (waiting, in its prefill, or not streamed) is asked every WATCH_PERIOD, and a
-streamed request whose responses stopped every STALL_PERIOD."""
+streamed request whose responses stopped every STALL_PERIOD.
+
+The thread wakes for a response or when a request's next question is due, never on a clock of its
+own: at one token per response a fixed sweep every WATCH_PERIOD cost a wake-up between two tokens
+of a stream, and 20 a second of an idle model. The engines' health is checked with each sweep, and
+at least every ENGINE_PERIOD."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import traceback
 from typing import Any
 
 from .health import Health
-from .responses import STALL_PERIOD, WATCH_PERIOD, Job, output_response
+from .responses import STALL_PERIOD, STREAM_ASK_PERIOD, WATCH_PERIOD, Job, output_response
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -30,6 +35,7 @@ except ImportError:  # pragma: no cover - outside Triton
     pb_utils = None
 
 PENDING = "pending"  # an outbox item's reply: the job's piled-up outputs, taken when it is sent
+ENGINE_PERIOD = 1.0  # seconds between checks that the engines live, at the longest
 
 
 class Sending(Health):
@@ -95,12 +101,13 @@ class Sending(Health):
     # -- threads --
 
     def _send_loop(self) -> None:
-        """Send every response; every WATCH_PERIOD, ask the requests that got no streamed response
-        lately whether they were cancelled, and check that the engines live. Only this thread uses
-        a sender once execute() returned, and never after sending its final response, so none is
-        used after python_backend has freed it. An error in one step is logged and the loop goes on."""
+        """Send every response; when a request's question is due (``_due_at``), ask the requests
+        that got no streamed response lately whether they were cancelled, and check that the
+        engines live. Only this thread uses a sender once execute() returned, and never after
+        sending its final response, so none is used after python_backend has freed it. An error in
+        one step is logged and the loop goes on."""
         watched: dict[str, Job] = {}  # admitted, final response not sent yet: this thread's own
-        next_check = time.monotonic() + WATCH_PERIOD
+        next_check = time.monotonic() + ENGINE_PERIOD
         while True:
             item: tuple[Job, Any, int] | tuple[()] | None
             try:
@@ -112,13 +119,26 @@ class Sending(Health):
             try:
                 if item:
                     self._handle(item, watched)
+                    if item[1] is None:  # watched from now on: first asked a WATCH_PERIOD on
+                        next_check = min(next_check, item[0].asked + WATCH_PERIOD)
                 item = ()  # nothing of the last request kept while waiting for the next
-                if time.monotonic() >= next_check:
-                    next_check = time.monotonic() + WATCH_PERIOD
+                now = time.monotonic()
+                if now >= next_check:
                     self._check_cancelled(watched)
                     self._check_engines()
+                    next_check = self._due_at(watched, now)
             except Exception:
                 pb_utils.Logger.log_error(f"vllm_engine: sending thread: {traceback.format_exc()}")
+
+    def _due_at(self, watched: dict[str, Job], now: float) -> float:
+        """When the next sweep is due: the earliest question of a watched request (a WATCH_PERIOD
+        after the last one, a STALL_PERIOD for a streamed request), ENGINE_PERIOD at the latest.
+        A streamed request asked after a response meanwhile makes the sweep come early, and ask
+        nobody."""
+        due = now + ENGINE_PERIOD
+        for job in watched.values():
+            due = min(due, job.asked + (STALL_PERIOD if job.streaming else WATCH_PERIOD))
+        return max(due, now + WATCH_PERIOD / 10)
 
     def _handle(self, item: tuple[Job, Any, int], watched: dict[str, Job]) -> None:
         job, reply, flags = item
@@ -140,8 +160,8 @@ class Sending(Health):
             if flags:
                 self._release(job)
         if not flags and job.id in watched:  # a streamed response: ask, as Triton's backend does,
-            job.streaming = True  # but at most once a WATCH_PERIOD (tokens may come faster)
-            if time.monotonic() - job.asked >= WATCH_PERIOD:
+            job.streaming = True  # but at most once a STREAM_ASK_PERIOD (tokens come faster)
+            if time.monotonic() - job.asked >= STREAM_ASK_PERIOD:
                 self._ask(job, watched)
 
     def _release(self, job: Job) -> None:
@@ -151,11 +171,11 @@ class Sending(Health):
         job.sender = None
 
     def _check_cancelled(self, watched: dict[str, Job]) -> None:
-        """Ask the requests without a streamed response yet, and those whose last answer is older
-        than STALL_PERIOD (their responses stopped coming)."""
+        """Ask the requests without a streamed response yet whose last answer is a WATCH_PERIOD
+        old, and those whose last answer is older than STALL_PERIOD (their responses stopped)."""
         now = time.monotonic()
         for job in list(watched.values()):
-            if not job.streaming or now - job.asked >= STALL_PERIOD:
+            if now - job.asked >= (STALL_PERIOD if job.streaming else WATCH_PERIOD):
                 self._ask(job, watched)
 
     def _ask(self, job: Job, watched: dict[str, Job]) -> None:
