@@ -26,7 +26,7 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 # own modules importing each other.
 CYCLES = """
 import json, grimp
-graph = grimp.build_graph("builder", "clients", "openai_frontend", cache_dir=None)
+graph = grimp.build_graph("builder", "clients", "openai_frontend", "bench", cache_dir=None)
 cycles = set()
 for a in graph.modules:
     for b in graph.find_modules_directly_imported_by(a):
@@ -54,10 +54,13 @@ def test_the_tree_keeps_every_contract() -> None:
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("arch")
-    for package in ("builder", "clients", "openai_frontend"):
+    for package in ("builder", "clients", "openai_frontend", "bench"):
         # Links kept: a model's shared modules are links to one file (its contract, in clients/).
         shutil.copytree(
-            ROOT / package, root / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+            ROOT / package,
+            root / package,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__", "results"),
         )
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
@@ -82,6 +85,11 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "from openai_frontend.routes import generate",
             "no cycles between sibling",
         ),
+        ("builder/server.py", "import bench.common", "nothing that ships imports the benchmarks"),
+        ("clients/perf/report.py", "from bench import figures", "nothing that ships imports the benchmarks"),
+        ("openai_frontend/guard.py", "import bench.run", "nothing that ships imports the benchmarks"),
+        ("bench/figures.py", "import builder.records", "the docs' figures read results files only"),
+        ("bench/common.py", "import bench.run", "no cycles between sibling"),
         (
             "builder/python_models/onnx_runner/model.py",
             "import builder.errors",
