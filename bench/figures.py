@@ -284,26 +284,6 @@ def render_tune(results: Sequence[Result], results_dir: Path) -> str:
     return _lines(Machine(cores=r.data.get("cpus")).header(r.source), "", text)
 
 
-RUNNER_HEAD = (
-    "| variant | concurrency | inf/s per round | vs per-request | vs before |",
-    "|---|---|---|---|---|",
-)
-
-
-def render_runner_overhead(results: Sequence[Result], results_dir: Path) -> str:
-    """bench.runner_overhead's variants of light_cnn: rates per round, ratios from the round sums."""
-    (r,) = results
-    summary = r.get("summary")
-    per_model: dict[str, Any] = summary.get("models") or summary.get("ratios") or {}
-    lines = [r.machine().header(r.source), "", *RUNNER_HEAD]
-    for key, m in per_model.items():
-        name, conc = key.removeprefix("light_cnn_").rsplit("_c", 1)
-        rounds = ", ".join(str(t) for t in m.get("throughput", [])) or "-"
-        before = f"{m['vs_before']:.2f}x" if m.get("vs_before") else "-"
-        lines.append(f"| {name} | {conc} | {rounds} | {m['vs_per_request']:.2f}x | {before} |")
-    return _lines(*lines)
-
-
 Renderer = Callable[[Sequence[Result], Path], str]
 
 
@@ -608,7 +588,6 @@ KINDS: dict[str, Kind] = {
     "llm_serving": Kind(render_llm_serving, ("llm_serving",)),
     "client_overhead": Kind(render_client_overhead, ("client_overhead",)),
     "tune": Kind(render_tune, ("tune_resnet18/tune",)),
-    "runner_overhead": Kind(render_runner_overhead, ("runner_overhead",)),
     "openai": Kind(render_openai, ("openai",)),
     "llm_backends": Kind(render_llm_backends, ("llm_per_token",)),
     "llm_aiperf": Kind(render_llm_aiperf, ("llm_aiperf",)),
