@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from builder.dtypes import to_numpy
 from builder.errors import DataError, ModelRefused
 from builder.factories import import_factory
-from builder.spec import DataSpec, DType, ModelSpec, Task, TensorSpec
+from builder.spec import DataSpec, DType, ModelSourceKind, ModelSpec, Task, TensorSpec
 from builder.spec.probe import probe_record
 from builder.spec.synthetic import synthetic_array, token_ranges
 
@@ -34,7 +34,7 @@ def load_samples(
         raise DataError("data not found", file=path, model=model.name, field=f"{section}.data")
     if data.reader is not None:
         arrays = _from_reader(data, model, path, spec_dir, spec_file, section)
-    elif model.task is not None and path is not None and path.suffix != ".npz":
+    elif model.source_kind is ModelSourceKind.CHECKPOINT and path is not None and path.suffix != ".npz":
         arrays = _from_checkpoint(model, path, spec_dir, section)
     else:
         assert path is not None  # DataSpec requires data or reader
@@ -250,7 +250,7 @@ def synthetic_samples(
 
 
 def _source_graph(model: ModelSpec, spec_dir: Path | None) -> Path | None:
-    if spec_dir is None or model.task is not None or not model.source.endswith(".onnx"):
+    if spec_dir is None or model.source_kind is not ModelSourceKind.ONNX:
         return None
     return spec_dir / model.source
 

@@ -20,8 +20,9 @@ import yaml
 
 from builder.errors import SpecError
 from builder.sources import SOURCES, InitRequest
-from builder.spec import Runtime, load_spec
+from builder.spec import ModelSourceKind, Runtime, load_spec
 from builder.spec.checkpoint import Task
+from builder.spec.kinds import model_source_kind
 from builder.spec.probe import probe_record
 
 
@@ -81,8 +82,8 @@ def _pinned(entry: dict[str, Any], runtime: str | None) -> dict[str, Any]:
 
 def _say_probed(entry: dict[str, Any], spec_file: Path) -> None:
     """On stderr, the profile shape ONNX Runtime was probed for (or that none tried ran)."""
-    source = entry.get("source")
-    if isinstance(source, str) and source.endswith(".onnx"):
+    source, checkpoint = entry.get("source"), "task" in entry
+    if isinstance(source, str) and model_source_kind(source, checkpoint=checkpoint) is ModelSourceKind.ONNX:
         probe = probe_record(spec_file.parent / source, str(entry["name"]))
         if probe is not None:
             print(f"{spec_file}: model '{entry['name']}': {probe.describe()}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Model sources: one module per kind of ``models:`` ``source``, each an object the build asks.
 
-``SOURCES`` is every kind by name; ``source_of`` is the one a validated entry names. Nothing else
-in the builder switches on a source's kind (docs/sources.md says how to add one).
+``SOURCES`` is every kind by name; ``source_of`` is the one a validated entry recorded (its
+``source_kind``, decided once when the spec was loaded: builder/spec/kinds.py). Nothing else in the
+builder switches on a source's form (docs/sources.md says how to add a kind).
 """
 
 from __future__ import annotations
@@ -47,12 +48,8 @@ def llm_source_of(path: Path) -> LLMSource:
 
 
 def source_of(model: ModelSpec) -> ModelSource:
-    """The kind that claims the entry's source (the spec lets through only forms some kind claims)."""
-    claimed = [s for s in SOURCES.values() if s.claims(model)]
-    if len(claimed) != 1:
-        kinds = [s.kind for s in claimed]
-        raise LookupError(f"model '{model.name}': source '{model.source}' is claimed by {kinds or 'no kind'}")
-    return claimed[0]
+    """The object of the kind the entry recorded when the spec was loaded."""
+    return SOURCES[model.source_kind.value]
 
 
 def load_source(model: ModelSpec, *, spec_dir: Path, spec_file: Path) -> object:

@@ -37,12 +37,8 @@ class InitRequest:
 class ModelSource(Protocol):
     """One kind of ``models:`` source."""
 
-    kind: str  # its name in SOURCES (and in the docs)
+    kind: str  # its name in SOURCES, a ModelSourceKind's value (what entries of this kind record)
     description: str
-
-    def claims(self, model: ModelSpec) -> bool:
-        """The entry's source is of this kind (exactly one kind claims a validated entry)."""
-        ...
 
     def check_paths(self, model: ModelSpec, spec_dir: Path, spec_file: Path) -> None:
         """A one-line SpecError for a file the stages would miss, before any stage runs."""

@@ -24,9 +24,6 @@ class CheckpointSource:
     kind = "checkpoint"
     description = "a Hugging Face checkpoint folder with a task (its tokenizer or image processor served too)"
 
-    def claims(self, model: ModelSpec) -> bool:
-        return model.task is not None
-
     def check_paths(self, model: ModelSpec, spec_dir: Path, spec_file: Path) -> None:
         return None  # the folder was read when the spec was loaded
 

@@ -15,7 +15,7 @@ from builder.errors import SpecError
 from builder.factories import import_factory
 from builder.sources.base import InitRequest, Samples, torch_outputs
 from builder.sources.onnx_file import onnx_path
-from builder.spec import FACTORY_PATTERN, ModelSpec
+from builder.spec import ModelSpec
 from builder.stages.export import is_torch_module
 from builder.stages.inputs import module_fingerprint
 
@@ -23,9 +23,6 @@ from builder.stages.inputs import module_fingerprint
 class FactorySource:
     kind = "factory"
     description = "package.module:function, returning a torch.nn.Module, an onnx.ModelProto or an .onnx path"
-
-    def claims(self, model: ModelSpec) -> bool:
-        return model.task is None and FACTORY_PATTERN.match(model.source) is not None
 
     def check_paths(self, model: ModelSpec, spec_dir: Path, spec_file: Path) -> None:
         return None  # the module is found when the export stage imports it

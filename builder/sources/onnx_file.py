@@ -28,9 +28,6 @@ class OnnxFileSource:
     kind = "onnx"
     description = "an .onnx file, relative to the spec (its tensors may be left to the graph)"
 
-    def claims(self, model: ModelSpec) -> bool:
-        return model.task is None and model.source.endswith(SUFFIX)
-
     def check_paths(self, model: ModelSpec, spec_dir: Path, spec_file: Path) -> None:
         if not (spec_dir / model.source).is_file():
             raise SpecError(

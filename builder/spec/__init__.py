@@ -8,7 +8,6 @@ the file, the model and the field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -19,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
@@ -33,6 +33,9 @@ from builder.spec.checkpoint import expand
 from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors are typed with it
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
+from builder.spec.kinds import FACTORY_PATTERN as FACTORY_PATTERN  # re-exported: readers' and factories' form
+from builder.spec.kinds import ModelSourceKind as ModelSourceKind  # re-exported: source_kind is typed with it
+from builder.spec.kinds import model_source_kind
 from builder.spec.llm import LLMSpec
 from builder.spec.sequence import SequenceSpec, check_sequence
 from builder.spec.variant import RUNS, variants_of
@@ -42,7 +45,6 @@ from builder.spec.variant import Variant as Variant
 from builder.spec.variant import as_variant as as_variant
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
-FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
 
@@ -330,14 +332,13 @@ class ModelSpec(Strict, OmitsUnset):
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
 
     LATER = ("sequence", "task", "runtimes")
+    _source_kind: ModelSourceKind = PrivateAttr()
 
     @field_validator("source")
     @classmethod
     def _source_form(cls, source: str, info: ValidationInfo) -> str:
-        """Only the forms a kind in ``builder.sources`` claims: a new kind's form is accepted here."""
-        if info.data.get("task") is not None:
-            return source  # a checkpoint folder, read when the spec was loaded
-        if not FACTORY_PATTERN.match(source) and not source.endswith(".onnx"):
+        """Only the forms a kind takes (``builder/spec/kinds.py``, where a new kind's form goes)."""
+        if model_source_kind(source, checkpoint=info.data.get("task") is not None) is None:
             raise ValueError(f"'{source}' is neither a factory (package.module:function) nor an .onnx file")
         return source
 
@@ -358,8 +359,16 @@ class ModelSpec(Strict, OmitsUnset):
                 ]
         return out
 
+    @property
+    def source_kind(self) -> ModelSourceKind:
+        """Recorded when the entry was validated (builder/spec/kinds.py)."""
+        return self._source_kind
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        kind = model_source_kind(self.source, checkpoint=self.task is not None)
+        assert kind is not None  # _source_form lets through only the forms a kind takes
+        self._source_kind = kind
         _check_unique("inputs", [t.name for t in self.inputs])
         _check_unique("outputs", [t.name for t in self.outputs])
         _check_no_output_format(self.outputs)

@@ -36,6 +36,7 @@ from builder.python_models.shared.processing_contract import (
     TOKEN_SCORES,
     TOKENS,
 )
+from builder.spec.kinds import model_source_kind
 
 PYTHON_MODELS = Path(__file__).parents[1] / "python_models"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -116,9 +117,9 @@ class Checkpoint:
 
 
 def is_checkpoint_entry(entry: dict[str, Any], spec_dir: Path) -> bool:
-    """The entry names a task, or its source is a folder."""
+    """The entry names a task, or its source is a folder (of no other kind's form)."""
     source = entry.get("source")
-    folder = isinstance(source, str) and not source.endswith(".onnx") and ":" not in source
+    folder = isinstance(source, str) and model_source_kind(source, checkpoint=False) is None
     return "task" in entry or (folder and (spec_dir / str(source)).is_dir())
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import SpecError
+from builder.spec.kinds import ModelSourceKind, model_source_kind
 from builder.spec.probe import probe_shapes
 
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -91,7 +92,7 @@ def load_graph(source: str, spec_dir: Path, *, spec_file: Path, model: str) -> A
     returns no graph (a torch module)."""
     import onnx
 
-    if not source.endswith(".onnx"):
+    if model_source_kind(source, checkpoint=False) is not ModelSourceKind.ONNX:
         made = _call_factory(source, spec_dir, spec_file=spec_file, model=model)
         if isinstance(made, onnx.ModelProto):
             return made

@@ -8,17 +8,17 @@ space against one full-length sequence) are in the check stage.
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from builder.errors import SpecError
+from builder.spec.kinds import FACTORY_PATTERN, llm_source_kind
+from builder.spec.kinds import SourceKind as SourceKind  # re-exported: source_kind is typed with it
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
-FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=128)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -62,12 +62,6 @@ class Engine(str, Enum):
 class SchedulingPolicy(str, Enum):
     FCFS = "fcfs"
     PRIORITY = "priority"
-
-
-class SourceKind(str, Enum):
-    GGUF = "gguf"
-    CHECKPOINT = "checkpoint"  # a folder with config.json, weights and tokenizer
-    FACTORY = "factory"  # pkg.mod:fn returning a .gguf file or a checkpoint folder
 
 
 class Admission(Strict):
@@ -213,6 +207,7 @@ class LLMSpec(Strict):
     evaluation: Evaluation
     gpu: GpuTarget = GpuTarget()
     lora: LoRA | None = None
+    _source_kind: SourceKind = PrivateAttr()
 
     @property
     def candidates(self) -> tuple[LLMDType, ...]:
@@ -230,12 +225,12 @@ class LLMSpec(Strict):
 
     @property
     def source_kind(self) -> SourceKind:
-        if FACTORY_PATTERN.match(self.source):
-            return SourceKind.FACTORY
-        return SourceKind.GGUF if self.source.endswith(".gguf") else SourceKind.CHECKPOINT
+        """Recorded when the entry was validated (builder/spec/kinds.py)."""
+        return self._source_kind
 
     @model_validator(mode="after")
     def _consistent(self) -> LLMSpec:
+        self._source_kind = llm_source_kind(self.source)
         if self.sampling.max_tokens >= self.max_model_len:
             raise ValueError(
                 f"sampling.max_tokens {self.sampling.max_tokens} leaves no room for a prompt "
