@@ -13,7 +13,7 @@ bound can be counted: requests beyond ``max_queue_size`` waiting, or waiting lon
 timeout, get Triton's own UNAVAILABLE error and messages. While the line is empty and Triton's
 batch is all Triton had queued (smaller than a full batch), ``execute`` answers it at once, as
 without a bound: Triton keeps forming batches while it runs, which a ~1 ms model needs (handing
-each request to the worker cost light_cnn its batching, bench/runner_overhead.py). Otherwise
+each request to the worker cost light_cnn its batching, docs/bench.md, light_cnn). Otherwise
 ``execute`` only queues the requests and returns, so Triton hands over the rest of its queue at
 once, and a worker thread runs the line in batches and answers through each request's response
 sender. (Triton's own queue policy is not an option there: tritonserver 2.51's batcher then stalls

@@ -42,7 +42,7 @@ def served_session(path: Path, params: dict[str, str], config: dict[str, Any]) -
 def session_options(params: dict[str, str], config: dict[str, Any]) -> ort.SessionOptions:
     """ONNX Runtime's options for the config: all graph optimisations, one run at a time, the
     intra-op threads and whether their idle workers spin (``stop_spinning``: only while a run is
-    going on, ``session.force_spinning_stop``; bench/runner_overhead.py measures it)."""
+    going on, ``session.force_spinning_stop``; measured in docs/bench.md, light_cnn)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads(params, config)
@@ -58,7 +58,7 @@ def session_options(params: dict[str, str], config: dict[str, Any]) -> ort.Sessi
 def spinning(params: dict[str, str], config: dict[str, Any]) -> bool:
     """Whether ORT's idle intra-op workers spin waiting for work: as the config's ``allow_spinning``
     parameter says, else only where the instances' threads leave a core of this machine free
-    (``spare_core``). Which wins depends on the machine (bench/runner_overhead.py): a worker
+    (``spare_core``). Which wins depends on the machine (docs/bench.md, light_cnn): a worker
     spinning on the core that tritonserver's threads, the stub and the clients need delays every
     hand-off of a request; with other work on two cores, workers that sleep served light_cnn 1.9x
     faster at concurrency 1, and on an idle machine spinning was 6-9 % faster."""

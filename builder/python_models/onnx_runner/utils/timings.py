@@ -1,5 +1,5 @@
 """A bench-only hook: with ``TRITONFORGE_RUNNER_TIMINGS`` set to a folder, the model writes the time
-each ``execute`` and each of its phases took, a JSON line a call (bench/runner_overhead.py reads
+each ``execute`` and each of its phases took, a JSON line a call (bench/cpu_runtimes.py reads
 them)."""
 
 from __future__ import annotations
