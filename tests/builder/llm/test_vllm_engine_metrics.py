@@ -195,3 +195,20 @@ def test_the_steps_of_a_period_are_applied_together(
     tpot = only(families["vllm:time_per_output_token_seconds"]).values
     assert tpot == [("observe", 0.02), ("observe", 0.03), ("observe", 0.04)]
     assert [only(families[g]).values for g in GAUGES] == [[("set", 2)], [("set", 1)], [("set", 0.25)]]
+
+
+def test_a_step_that_finishes_a_request_is_applied_without_waiting_out_the_period(
+    families: dict[str, FakeFamily], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader who has a request's final response finds its counts (the steps before it with
+    them), not a METRICS_PERIOD later."""
+    monkeypatch.setattr(metrics_module, "METRICS_PERIOD", 3600.0)
+    metrics = m.Metrics(families, {"model": "smollm2", "version": "1"})  # type: ignore[arg-type]
+    metrics.start(max_model_len=512)
+    generated = only(families["vllm:generation_tokens_total"])
+    metrics.record(*step([0.03], [0.02]))
+    metrics.record(*step([], [0.02], finished=1))
+    assert generated.applied.wait(WAIT)  # counters after the histograms
+    assert generated.values == [("increment", 6)]
+    assert only(families["vllm:e2e_request_latency_seconds"]).values == [("observe", 1.5)]
+    metrics.close()

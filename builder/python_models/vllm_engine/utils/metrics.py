@@ -32,7 +32,8 @@ N_BUCKETS = (1, 2, 5, 10, 20)
 STEP_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MAX_PENDING_UPDATES = 10_000  # engine steps whose metrics wait for the metrics thread; then dropped
 # Once a step's update comes, the metrics thread waits this long for the steps after it and applies
-# them together: one wake-up for them all, and one increment per counter.
+# them together: one wake-up for them all, and one increment per counter. A step that finishes a
+# request is applied at once, with those before it: its counts are read as soon as its response.
 METRICS_PERIOD = 0.25
 
 
@@ -148,9 +149,10 @@ class Metrics:
     event loop (which calls ``record`` every step) never waits for one. The thread takes the steps
     of a METRICS_PERIOD at once (one wake-up, where one per step cost as much as the updates), and
     adds up their counters into one increment each; histograms observe every value, and gauges
-    are set last, to the last step's values. A step whose update fails is logged and the thread
-    goes on; past MAX_PENDING_UPDATES waiting steps, new ones are dropped (and counted), so a
-    stalled thread never grows memory without bound.
+    are set last, to the last step's values. A step that finishes a request cuts the wait short,
+    so a request's counts are there about when its final response is, as before. A step whose
+    update fails is logged and the thread goes on; past MAX_PENDING_UPDATES waiting steps, new ones
+    are dropped (and counted), so a stalled thread never grows memory without bound.
     """
 
     def __init__(self, families: dict[str, Any] | None, labels: dict[str, str]) -> None:
@@ -160,7 +162,8 @@ class Metrics:
         self.metrics: dict[str, Any] = {}
         self.gauges: dict[str, float] = {}  # the values last set: a gauge is set only when it moves
         self.dropped = self.failed = 0
-        self.closing = threading.Event()  # close() cuts the thread's wait for more steps short
+        # Cuts the thread's wait for more steps short: a step that finished a request, or close().
+        self.flush = threading.Event()
         self.refused = None if families is None else families[REFUSED_METRIC].Metric(labels=labels)
 
     def start(self, max_model_len: int) -> None:
@@ -180,6 +183,8 @@ class Metrics:
             return
         try:
             self.updates.put_nowait((scheduler, iteration))
+            if iteration is not None and iteration.finished_requests:
+                self.flush.set()
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1:
@@ -189,9 +194,11 @@ class Metrics:
 
     def _update_loop(self) -> None:
         """Wait for a step (no wake-up while the engine is idle), then for the steps of a
-        METRICS_PERIOD after it, and apply them together; until close()."""
+        METRICS_PERIOD after it (less once one finishes a request), and apply them together; until
+        close()."""
         while (first := self.updates.get()) is not None:
-            self.closing.wait(METRICS_PERIOD)
+            self.flush.wait(METRICS_PERIOD)
+            self.flush.clear()  # before the steps are taken: a flush asked meanwhile stays asked
             steps, last = [first], False
             while not last:
                 try:
@@ -245,8 +252,8 @@ class Metrics:
         """Metrics go before their families (the stub insists on that order)."""
         if self.on:
             self.on = False
-            self.closing.set()
             self.updates.put(None)
+            self.flush.set()
             self.thread.join(timeout=5)
         if self.failed or self.dropped:
             pb_utils.Logger.log_warn(
