@@ -1,6 +1,8 @@
 """NVIDIA's aiperf as the cross-check of the LLM rows' own figures, in one run, same checkpoint,
-prompts and load: 64 new tokens (``ignore_eos``, greedy), 16 requests one at a time and 64 from
-16 streams.
+prompts and load: 64 new tokens (``ignore_eos``, greedy), 16 requests one at a time, 16 from 4
+streams and 64 from 16 streams. Beside each tool's figures over the other's, aiperf's figures of
+the project's OpenAI endpoint over vLLM's own server at each concurrency (tokens/s, TTFT and ITL
+p50), the target being tokens/s at 4 streams at least TARGET_TPS_C4 of vLLM's.
 
 * **tritonforge**: one tritonserver with the ``vllm_engine`` model; the project's own code
   (``clients.perf.run_llm_perf``, perf_analyzer's gRPC stream, as `make bench`'s LLM rows) and
@@ -37,7 +39,8 @@ WORK = ROOT / "bench" / "results" / "work" / "llm_aiperf"
 AIPERF_VERSION = "0.13.0"
 VENV = ROOT / ".tools" / "aiperf-venv"
 EXPORT = "profile_export_aiperf.json"
-LOAD = LLMLoad(output_tokens=64, concurrency=(1, 16), requests_per_user=4, min_requests=16)
+LOAD = LLMLoad(output_tokens=64, concurrency=(1, 4, 16), requests_per_user=4, min_requests=16)
+TARGET_TPS_C4 = 0.95  # aiperf's output tokens/s at 4 streams, the project's endpoint / vLLM's server
 AIPERF_TIMEOUT_S = 900.0
 CONC = LOAD.concurrency
 SIDES = ("tritonforge", "vllm")
@@ -174,7 +177,7 @@ def run_aiperf(cmd: list[str], out_dir: Path) -> Figures:
 
 
 def measure(checkpoint: Path) -> dict[str, Any]:
-    """Both servers up at once; each measured by both tools at 1 and 16 streams (tritonforge: own
+    """Both servers up at once; each measured by both tools at 1, 4 and 16 streams (tritonforge: own
     tool first; vllm: aiperf first, so that neither tool always meets a fresh server)."""
     from bench.openai_endpoint import start_endpoint
     from builder.server import find_free_port
@@ -236,8 +239,30 @@ def ratio(m: Mapping[str, Any], side: str, key: str, concurrency: int) -> float:
     return float(m[side]["aiperf"][point][key]) / float(m[side]["own"][point][key])
 
 
+def versus_vllm(m: Mapping[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """aiperf's figures of the project's endpoint over vLLM's server, at each concurrency both have:
+    output tokens/s (the target at 4 streams), TTFT p50 and ITL p50."""
+    ours, theirs = m["tritonforge"]["aiperf"], m["vllm"]["aiperf"]
+    out: list[tuple[str, str, str, bool | None]] = []
+    for point in (p for p in ours if p in theirs):
+        o, v = ours[point], theirs[point]
+        tps = o["output_tokens_per_s"] / v["output_tokens_per_s"]
+        ttft, itl = o["ttft_ms_p50"] / v["ttft_ms_p50"], o["itl_ms_p50"] / v["itl_ms_p50"]
+        aimed = o["concurrency"] == 4
+        out.append((
+            f"aiperf at {point}: tritonforge's OpenAI endpoint / vLLM's own server",
+            f"tokens/s {tps:.2f}x ({o['output_tokens_per_s']:.0f} / {v['output_tokens_per_s']:.0f}), "
+            f"TTFT p50 {ttft:.2f}x ({o['ttft_ms_p50']:.0f} / {v['ttft_ms_p50']:.0f} ms), "
+            f"ITL p50 {itl:.2f}x ({o['itl_ms_p50']:.1f} / {v['itl_ms_p50']:.1f} ms)",
+            f"tokens/s >= {TARGET_TPS_C4:g}x" if aimed else "recorded",
+            tps >= TARGET_TPS_C4 if aimed else None,
+        ))  # fmt: skip
+    return out
+
+
 def rows(m: Mapping[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    """Per side, aiperf's figures beside the project's own: tokens/s at 16 streams, TTFT p50 at 1."""
+    """Per side, aiperf's figures beside the project's own: tokens/s at 16 streams, TTFT p50 at 1;
+    then the project's endpoint beside vLLM's server, by aiperf (``versus_vllm``)."""
     out: list[tuple[str, str, str, bool | None]] = []
     for side in SIDES:
         own, aip = m[side]["own"], m[side]["aiperf"]
@@ -253,7 +278,7 @@ def rows(m: Mapping[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             f"{ttft:.2f}x ({aip['c1']['ttft_ms_p50']:.0f} / {own['c1']['ttft_ms_p50']:.0f} ms)",
             "recorded", None,
         ))  # fmt: skip
-    return out
+    return out + versus_vllm(m)
 
 
 def record(m: Mapping[str, Any] | None, reason: str | None) -> dict[str, Any]:

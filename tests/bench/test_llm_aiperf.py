@@ -103,7 +103,24 @@ def test_rows_put_aiperf_over_the_own_figures_per_server() -> None:
     assert got["aiperf cross-check (tritonforge): tokens/s at c16, aiperf / own"] == "0.95x (380 / 400)"
     assert got["aiperf cross-check (tritonforge): TTFT p50 at c1, aiperf / own"] == "1.10x (44 / 40 ms)"
     assert got["aiperf cross-check (vllm): tokens/s at c16, aiperf / own"] == "1.05x (441 / 420)"
-    assert len(got) == 4
+    assert len(got) == 6  # and the endpoint over vLLM's server at c1 and c16
+
+
+def test_rows_put_the_endpoint_over_vllms_server_with_the_target_at_4_streams() -> None:
+    at_four = {"tritonforge": _figures(4, 60, 20.0, 190), "vllm": _figures(4, 50, 19.0, 200)}
+    four = {
+        side: {tool: dict(points, c4=at_four[side]) for tool, points in MEASURED[side].items()}
+        for side in at_four
+    }
+    got = {r[0]: r[1:] for r in rows(four)}
+
+    at4 = got["aiperf at c4: tritonforge's OpenAI endpoint / vLLM's own server"]
+    assert at4 == (
+        "tokens/s 0.95x (190 / 200), TTFT p50 1.20x (60 / 50 ms), ITL p50 1.05x (20.0 / 19.0 ms)",
+        "tokens/s >= 0.95x", True,
+    )  # fmt: skip
+    at16 = got["aiperf at c16: tritonforge's OpenAI endpoint / vLLM's own server"]
+    assert at16[0].startswith("tokens/s 0.86x (380 / 441)") and at16[1:] == ("recorded", None)
 
 
 def test_the_block_shows_both_tools_side_by_side(tmp_path: Path) -> None:
