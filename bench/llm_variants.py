@@ -94,7 +94,8 @@ def write_official_model(model_dir: Path, backend: Path, engine: Any) -> None:
     from tritonclient.grpc import model_config_pb2 as mc
 
     from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
-    from builder.llm.serving import ENGINE_ARGS_FILE, model_json
+    from builder.llm.serving import model_json
+    from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE
 
     version = model_dir / "1"
     shutil.rmtree(model_dir, ignore_errors=True)

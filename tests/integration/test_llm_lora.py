@@ -18,7 +18,7 @@ import pytest
 
 from builder.cache import StageCache
 from builder.llm.build import build_llm
-from builder.llm.serving import MULTI_LORA_FILE
+from builder.python_models.vllm_engine.contract import MULTI_LORA_FILE
 from builder.records import BuildContext, LLMBuild
 from builder.repository import Repository, write_and_publish
 from builder.server import TritonServer

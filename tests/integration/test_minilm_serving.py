@@ -58,7 +58,7 @@ def test_embeddings_match_sentence_transformers(
     np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-4)
     cosine = (served * reference).sum(axis=1) / np.linalg.norm(reference, axis=1)
     tolerance = load_spec(ROOT / "models.yaml").model("minilm_encoder").tolerances
-    allowed = tolerance[served(zoo_repo).precision]
+    allowed = tolerance[served_variant(zoo_repo).precision]
     assert cosine.min() >= allowed.min_cosine, cosine
     assert cosine.mean() >= allowed.mean_cosine, cosine
 
@@ -83,7 +83,7 @@ def test_each_request_alone_equals_the_batch(triton: TritonServer, zoo_repo: Pat
     assert ((together * alone).sum(axis=1) > 0.99).all()
 
 
-def served(zoo_repo: Path) -> Variant:
+def served_variant(zoo_repo: Path) -> Variant:
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["minilm_encoder"]
     return Variant.parse(entry["served"])
 
