@@ -266,7 +266,6 @@ def test_a_model_that_never_batches_is_not_checked_for_batch_mates(tmp_path: Pat
 
 
 def test_openvino_variants_are_verified_on_openvino_and_say_what_they_computed(tmp_path: Path) -> None:
-    pytest.importorskip("openvino")
     from builder.errors import ModelRefused
     from builder.spec import Runtime, Variant
     from builder.stages.inputs import cpu_has_native_bf16

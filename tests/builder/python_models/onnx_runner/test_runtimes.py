@@ -79,7 +79,6 @@ ONE = {"instance_group": [{"count": 1}]}
 
 
 def test_openvino_answers_as_onnx_runtime_and_caches_its_compilation(tmp_path: Path) -> None:
-    pytest.importorskip("openvino")
     path = _matmul(tmp_path / "model.onnx")
     x = np.random.default_rng(1).normal(size=(3, 16)).astype(np.float32)
     ort = open_session(path, {}, ONE)
@@ -91,7 +90,6 @@ def test_openvino_answers_as_onnx_runtime_and_caches_its_compilation(tmp_path: P
 
 def test_openvino_reads_back_the_precision_this_cpu_computes(tmp_path: Path) -> None:
     """bf16 where the CPU has AVX-512 BF16 or AMX, else OpenVINO stays at f32; fp32 is forced f32."""
-    pytest.importorskip("openvino")
     from builder.python_models.onnx_runner.runtimes.openvino import compile_graph
 
     path = _matmul(tmp_path / "model.onnx")
@@ -100,7 +98,6 @@ def test_openvino_reads_back_the_precision_this_cpu_computes(tmp_path: Path) -> 
 
 
 def test_a_read_only_version_folder_compiles_without_a_cache(tmp_path: Path, monkeypatch: Any) -> None:
-    pytest.importorskip("openvino")
     from builder.python_models.onnx_runner.runtimes import openvino
 
     path = _matmul(tmp_path / "model.onnx")
