@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
@@ -113,9 +113,6 @@ class VerificationReport:
     def batch_invariant(self) -> bool:
         """Whether a request gets the same answer alone as in any batch (unchecked counts as so)."""
         return self.batch_max_diff is None or self.batch_max_diff <= BATCH_INVARIANCE
-
-    def timed(self, ms_per_sample: float) -> VerificationReport:
-        return replace(self, ms_per_sample=ms_per_sample)
 
     def worst(self) -> str:
         """The worst checked figure, for one line of the summary: ``min cos 0.9987``, ``exact``."""

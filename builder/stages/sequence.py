@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from numpy.typing import NDArray
 
 from builder.dtypes import FROM_ONNX, to_numpy
@@ -78,7 +77,7 @@ def controls(
 
 
 def run_sequence(
-    sess: ort.InferenceSession | VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]
+    sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]
 ) -> dict[str, NDArray[Any]]:
     """The model's outputs over the samples as one sequence (sample axis first), states carried."""
     seq = model.sequence

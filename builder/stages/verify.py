@@ -9,10 +9,9 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 from numpy.typing import NDArray
 
 from builder.errors import SpecError
@@ -20,17 +19,14 @@ from builder.progress import progress
 from builder.records import BATCH_INVARIANCE, OutputMetrics, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
 from builder.stages.runtimes import VariantSession, open_variant
-from builder.stages.sessions import quiet_session
-
-Session: TypeAlias = ort.InferenceSession | VariantSession
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
 
 
-def session(path: Path, threads: int = 0) -> ort.InferenceSession:
+def session(path: Path, threads: int = 0) -> VariantSession:
     """An ORT CPU session that logs nothing of its own (``builder.stages.sessions``)."""
-    return quiet_session(path, threads)
+    return open_variant(Variant(Precision.FP32), path, threads)
 
 
 def run_onnx(
@@ -40,17 +36,11 @@ def run_onnx(
     return run_session(session(path, threads), inputs, batch_size=batch_size)
 
 
-def output_names(sess: Session) -> list[str]:
-    if isinstance(sess, VariantSession):
-        return sess.output_names
-    return [o.name for o in sess.get_outputs()]
-
-
 def run_session(
-    sess: Session, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
+    sess: VariantSession, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
 ) -> dict[str, NDArray[Any]]:
     """All samples in batches; with a ``label``, a progress bar on a terminal."""
-    names = output_names(sess)
+    names = sess.output_names
     count = next(iter(inputs.values())).shape[0]
     parts: list[list[NDArray[Any]]] = []
     with progress(count if label else 0, label, unit="sample") as bar:
@@ -66,7 +56,7 @@ def run_session(
 
 
 def run_model(
-    sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
+    sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
 ) -> dict[str, NDArray[Any]]:
     """All samples through the model: in batches, or as one sequence of chunks for a stateful model."""
     if model.sequence is not None:
@@ -188,7 +178,7 @@ def time_variant(
     return _time_session(session(onnx_path, model.serve.threads), model, inputs, repeats=repeats)
 
 
-def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
+def batch_drift(sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
     """How far a request's outputs move between running alone and running inside a batch of other
     samples (first and last place of the batch): the largest difference relative to the row's
     largest value. None where Triton never batches the model (no batch axis, a stateful model).
@@ -199,7 +189,7 @@ def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]
     if batch < 2 or model.sequence is not None:
         return None
     together = {k: _mixed(v, batch) for k, v in inputs.items()}
-    names = output_names(sess)
+    names = sess.output_names
     batched = sess.run(names, together)
     worst = 0.0
     for row in (0, batch - 1):
@@ -227,7 +217,7 @@ def _relative_change(alone: NDArray[Any], batched: NDArray[Any]) -> float:
 
 
 def _time_session(
-    sess: Session,
+    sess: VariantSession,
     model: ModelSpec,
     inputs: dict[str, NDArray[Any]],
     *,
