@@ -23,7 +23,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,14 @@ TARGET_VS_ORT = {"resnet18": 3.0}  # served / ONNX-Runtime-served throughput; ot
 
 @dataclass(frozen=True)
 class Published:
-    """One published model folder of the scratch repository and the variant it serves."""
+    """One published model folder of the scratch repository and the variant run on its graph: the
+    folder's own, or one it is not published as (``params``: its precision and runtime)."""
 
     name: str
     variant: str
     runtime: str
     folder: Path
+    params: dict[str, str] = field(default_factory=dict)
 
     @property
     def onnx(self) -> Path:
@@ -79,7 +81,11 @@ class Published:
         from tritonclient.grpc.model_config_pb2 import ModelConfig
 
         parsed = text_format.Parse((self.folder / "config.pbtxt").read_text(), ModelConfig())
-        return dict(json_format.MessageToDict(parsed, preserving_proto_field_name=True))
+        config = dict(json_format.MessageToDict(parsed, preserving_proto_field_name=True))
+        if self.params:
+            parameters = config.setdefault("parameters", {})
+            parameters.update({k: {"string_value": v} for k, v in self.params.items()})
+        return config
 
     def record(self) -> dict[str, Any]:
         return {"model": self.name, "variant": self.variant, "runtime": self.runtime}
@@ -100,21 +106,39 @@ def allowed(spec: dict[str, Any], variant: str) -> bool:
 
 
 def fastest_on(entry: dict[str, Any], spec: dict[str, Any], runtime: str) -> str | None:
-    """The variant on ``runtime`` the build timed fastest among those that verified, are published
-    and the spec allows the model's name to serve."""
-    published = set(entry["published"].values())
+    """The variant on ``runtime`` the build timed fastest among those that verified, have their
+    graph in the repository and the spec allows the model's name to serve."""
     timed = {
         v: r["ms_per_sample"] for v, r in entry["verification"].items()
         if r["passed"] and r["runtime"] == runtime and r["ms_per_sample"] is not None
-        and v in published and allowed(spec, v)
+        and graph_of(entry, v) is not None and allowed(spec, v)
     }  # fmt: skip
     return min(timed, key=lambda v: timed[v]) if timed else None
 
 
+def graph_of(entry: dict[str, Any], variant: str) -> str | None:
+    """The published model whose graph ``variant`` runs: its own, or, for a variant the target does
+    not publish (the local target publishes only ONNX Runtime's beside the served one), one
+    published on the graph of its precision (bf16 runs the FP32 graph); None if there is none."""
+    from builder.spec import Variant
+
+    names = {v: n for n, v in entry["published"].items()}
+    if variant in names:
+        return names[variant]
+    graph = Variant.parse(variant).precision.graph
+    return next((n for v, n in names.items() if Variant.parse(v).precision.graph is graph), None)
+
+
 def published(repo: Path, model: str, variant: str, entry: dict[str, Any]) -> Published:
-    name = next(n for n, v in entry["published"].items() if v == variant)
+    from builder.python_models.shared.onnx_contract import PRECISION, RUNTIME
+    from builder.spec import Variant
+
+    name = graph_of(entry, variant)
+    assert name is not None
     runtime = entry["verification"][variant]["runtime"]
-    return Published(name, variant, runtime, repo / name)
+    own = entry["published"][name] == variant
+    params = {} if own else {PRECISION: Variant.parse(variant).precision.value, RUNTIME: runtime}
+    return Published(name, variant, runtime, repo / name, params)
 
 
 def sides(repo: Path, model: str, spec: dict[str, Any]) -> dict[str, Published | None]:

@@ -1,8 +1,9 @@
 """bench.cpu_runtimes: which published variant each side of the comparison runs."""
 
+from pathlib import Path
 from typing import Any
 
-from bench.cpu_runtimes import fastest_on
+from bench.cpu_runtimes import fastest_on, graph_of, published
 
 
 def report(runtime: str, ms: float | None, passed: bool = True) -> dict[str, Any]:
@@ -37,3 +38,25 @@ def test_the_specs_serve_choices_bound_what_onnx_runtime_served_before() -> None
     assert fastest_on(ENTRY, spec, "onnxruntime") == "fp32"
     assert fastest_on(ENTRY, spec, "openvino") == "bf16_openvino"
     assert fastest_on(ENTRY, {"serve": {"local": "int8"}}, "onnxruntime") is None
+
+
+def test_a_variant_published_only_on_another_runtime_runs_the_graph_of_its_precision(tmp_path: Path) -> None:
+    # The local target publishes ONNX Runtime's variants only beside the served one.
+    entry = {
+        "served": "fp32",
+        "published": {"m": "fp32", "m_int8": "int8"},
+        "verification": {
+            "fp32": report("onnxruntime", 10.0),
+            "int8": report("onnxruntime", 6.0),
+            "int8_openvino": report("openvino", 2.0),
+            "bf16_openvino": report("openvino", 1.0, passed=False),
+        },
+    }
+    assert fastest_on(entry, {}, "openvino") == "int8_openvino"
+    assert graph_of(entry, "int8_openvino") == "m_int8"
+    assert graph_of(entry, "bf16_openvino") == "m"  # bf16 runs the FP32 graph
+    assert graph_of({**entry, "published": {"m": "fp32"}}, "int8_openvino") is None
+    side = published(tmp_path, "m", "int8_openvino", entry)
+    assert (side.name, side.runtime, side.folder) == ("m_int8", "openvino", tmp_path / "m_int8")
+    assert side.params == {"precision": "int8", "runtime": "openvino"}
+    assert published(tmp_path, "m", "int8", entry).params == {}
