@@ -250,7 +250,7 @@ def _graphs(
     or halved again: it is served as it comes (its own precision), as the fp32 variant."""
     fp32 = check.out / "model.onnx"
     graphs: dict[Precision, Path] = {}
-    quantized = _already_quantized(fp32)
+    quantized = _already_quantized(check)
     for precision in dict.fromkeys(p.graph for p in model.precisions):
         if quantized and precision is not Precision.FP32:
             _refuse(model, precision, out, ModelRefused(f"the graph is already quantized ({quantized})"))
@@ -278,11 +278,11 @@ def _refuse(model: ModelSpec, precision: Precision, out: ModelBuild, exc: ModelR
             out.reports[variant] = _dropped(variant, precision.value, exc)
 
 
-def _already_quantized(graph: Path) -> str:
-    """What makes ``graph`` quantized already (``12 QuantizeLinear``), or ``""``."""
-    from builder.stages.quantized import quantized_ops
-
-    return ", ".join(f"{n} {op}" for op, n in quantized_ops(graph).items())
+def _already_quantized(check: StageResult) -> str:
+    """What makes the checked graph quantized already (``12 QuantizeLinear``), or ``""``: the
+    check stage counted it, so a rebuild with nothing changed reads no graph."""
+    ops = check.info.get("quantized")
+    return ", ".join(f"{n} {op}" for op, n in ops.items()) if isinstance(ops, dict) else ""
 
 
 def _variant(
@@ -344,9 +344,10 @@ def _export(model: ModelSpec, ctx: BuildContext, out: Path) -> Info:
 
 def _check(model: ModelSpec, ctx: BuildContext, onnx_in: Path, out: Path) -> Info:
     from builder.stages.check import check, graph_opset
+    from builder.stages.quantized import quantized_ops
 
     checked = check(model, onnx_in, out / "model.onnx", spec_file=ctx.spec_file)
-    return _artifact(checked) | {"opset": graph_opset(checked)}
+    return _artifact(checked) | {"opset": graph_opset(checked), "quantized": quantized_ops(checked)}
 
 
 def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -> Info:
