@@ -28,8 +28,9 @@ def write_entry(entry: ModelEntry, root: Path) -> Path:
     return version
 
 
-def link(src: Path, dst: Path) -> None:
-    """Hard-link cache artifacts into the repository (they are immutable); copy across devices."""
+def link(src: str | Path, dst: str | Path) -> None:
+    """Hard-link cache artifacts into the repository (they are immutable); copy across devices.
+    Also ``shutil.copytree``'s ``copy_function`` where a built repository is copied (tune)."""
     try:
         os.link(src, dst)
     except OSError:

@@ -9,7 +9,6 @@ model-control API. Each load point is one perf_analyzer run through ``clients.pe
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from builder.records import BuildOptions, VerificationReport
 from builder.server import TritonServer
 from builder.spec import ModelSpec, Spec, Variant
 from builder.targets import served_here
+from builder.targets.writer import link
 from builder.tune.candidates import Candidate, apply
 from builder.tune.search import Point
 from clients.perf import run_perf
@@ -56,7 +56,7 @@ def scratch_copy(built: Path, name: str, scratch: Path) -> Path:
     dst = scratch / name
     if dst.exists():
         shutil.rmtree(dst)
-    shutil.copytree(built / name, dst, copy_function=_link)
+    shutil.copytree(built / name, dst, copy_function=link)
     (dst / "config.pbtxt").unlink()  # replaced, never written through the hard link
     return dst
 
@@ -134,10 +134,3 @@ class Bench:
             f"p99 {p.p99_ms:8.1f} ms  batch {p.server_avg_batch:.2f}"
         )
         return point
-
-
-def _link(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
