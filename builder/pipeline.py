@@ -40,7 +40,7 @@ from builder.records import (
     VerificationReport,
 )
 from builder.sources import export, source_of
-from builder.spec import ModelSpec, Precision, Smoothing, Spec, Variant, load_spec
+from builder.spec import ModelSpec, Precision, Runtime, Smoothing, Spec, Variant, load_spec
 from builder.stages.inputs import (
     CheckInputs,
     ExportInputs,
@@ -472,7 +472,7 @@ def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOption
 
 def _onnxruntime(variants: list[Variant]) -> list[Precision]:
     """The precisions verified on ONNX Runtime: the graphs TensorRT plans are checked against."""
-    return [v.precision for v in variants if v == Variant(v.precision)]
+    return [v.precision for v in variants if v.runtime is Runtime.ONNXRUNTIME]
 
 
 def _served_precision(b: ModelBuild) -> Precision | None:

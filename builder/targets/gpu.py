@@ -17,7 +17,7 @@ from builder.errors import SpecError, VerificationError
 from builder.llm.gpu import gpu_config, gpu_model_json, gpu_multi_lora
 from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
-from builder.spec import InstanceKind, ModelSpec, Precision, Variant
+from builder.spec import InstanceKind, ModelSpec, Precision, Runtime, Variant
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import adapter_files, checkpoint_files
@@ -53,7 +53,7 @@ class GpuTarget(Target):
                                 file=spec_file, model=model.name, field="serve.gpu")  # fmt: skip
 
     def serves(self, variant: Variant) -> bool:
-        return variant == Variant(variant.precision) and variant.precision in GPU_PREFERENCE
+        return variant.runtime is Runtime.ONNXRUNTIME and variant.precision in GPU_PREFERENCE
 
     def choose_served(self, build: ModelBuild, spec_file: Path) -> Variant:
         """The TensorRT plan's precision: the one the spec names, else the first of TensorRT's
