@@ -31,13 +31,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bench.common import (
-    TICK,
     WORK,
     Options,
     Row,
     Workload,
     build_repo,
     cpu_flags,
+    cpu_seconds,
     cpu_use,
     minilm_feed,
     resnet_feed,
@@ -343,27 +343,26 @@ def best_rate(side: dict[str, Any]) -> float:
 
 def busy_processes(seconds: float = 2.0, least: float = 0.05) -> list[dict[str, Any]]:
     """Other processes' names (``comm``) and the cores each used over ``seconds``, busiest first."""
-    first = _process_ticks()
+    first = _process_cpu()
     time.sleep(seconds)
-    last = _process_ticks()
+    last = _process_cpu()
     mine = os.getpid()
     used = [
-        (round((ticks - first[pid][1]) / TICK / seconds, 2), name)
-        for pid, (name, ticks) in last.items() if pid in first and pid != mine
+        (round((cpu - first[pid][1]) / seconds, 2), name)
+        for pid, (name, cpu) in last.items() if pid in first and pid != mine
     ]  # fmt: skip
     busiest = sorted((u for u in used if u[0] >= least), reverse=True)[:10]
     return [{"name": name, "cores": cores} for cores, name in busiest]
 
 
-def _process_ticks() -> dict[int, tuple[str, int]]:
+def _process_cpu() -> dict[int, tuple[str, float]]:
+    """Each process's name and CPU seconds."""
     out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for folder in Path("/proc").glob("[0-9]*"):
         try:
-            text = stat.read_text()
+            out[int(folder.name)] = ((folder / "comm").read_text().strip(), cpu_seconds(int(folder.name)))
         except OSError:
             continue  # gone meanwhile
-        name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
-        out[int(stat.parent.name)] = (name, int(fields[11]) + int(fields[12]))
     return out
 
 
