@@ -134,19 +134,23 @@ class Target(ABC):
         return fastest
 
     def candidates(self, build: ModelBuild) -> list[Variant]:
-        serve = build.spec.serve
-        choices, runtime = serve.choices(self.name), serve.runtime
-        return [
-            v
-            for v in build.passed
-            if self.serves(v) and (not choices or v.precision in choices) and runtime in (None, v.runtime)
-        ]
+        return [v for v in build.passed if self._allowed(build.spec, v)]
+
+    def _allowed(self, model: ModelSpec, variant: Variant) -> bool:
+        """Whether this target serves ``variant`` and the spec lets it (its precisions for the
+        target, its runtime)."""
+        choices, runtime = model.serve.choices(self.name), model.serve.runtime
+        return (
+            self.serves(variant)
+            and (not choices or variant.precision in choices)
+            and runtime in (None, variant.runtime)
+        )
 
     def _none_allowed(self, build: ModelBuild, spec_file: Path) -> VerificationError:
         serve = build.spec.serve
-        wanted = [v for v in build.reports if self.serves(v) and v.precision in serve.choices(self.name)]
-        wanted = [v for v in wanted if serve.runtime in (None, v.runtime)]
-        failures = [f for v in wanted for f in build.reports[v].failures]
+        failures = [
+            f for v, report in build.reports.items() if self._allowed(build.spec, v) for f in report.failures
+        ]
         return VerificationError(
             f"no variant named for target '{self.name}' passed verification: "
             + ("; ".join(failures) or "none of them is made on this host"),
