@@ -10,7 +10,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +23,7 @@ import yaml
 from builder.estimate.rss import children
 from builder.pipeline import build
 from builder.records import BuildOptions
+from builder.spec import FACTORY_PATTERN
 from builder.stages.inputs import cpu_flags as builder_cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,6 @@ RESULTS = Path(
 )  # see bench.reliability
 WORK = RESULTS / "work"  # scratch specs, repositories, perf_analyzer files (git-ignored)
 CACHE = ROOT / ".tritonforge" / "cache"  # the project's stage cache: unchanged stages are reused
-FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 @dataclass
@@ -94,7 +93,7 @@ def zoo_models() -> dict[str, dict[str, Any]]:
 
 
 def _abs(path: str) -> str:
-    return path if FACTORY.match(path) or Path(path).is_absolute() else str(ROOT / path)
+    return path if FACTORY_PATTERN.match(path) or Path(path).is_absolute() else str(ROOT / path)
 
 
 def absolutize(model: dict[str, Any]) -> dict[str, Any]:
