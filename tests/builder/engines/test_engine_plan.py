@@ -31,14 +31,16 @@ def eval_inputs_shaped(*dims: int, samples: int = 20) -> dict[str, np.ndarray]:
     return {"input": np.random.default_rng(1).standard_normal((samples, *dims)).astype(np.float32)}
 
 
-def _plan(tmp_path, variants, a10, precisions, **kw):
+def _plan(tmp_path, variants, a10, precisions, *, model=None, table=None, evaluation=None, **kw):
+    """:func:`plan_engines` of ``model`` (default :func:`tiny_model`) into ``tmp_path/engines``,
+    verified against the FP32 ONNX's outputs on ``evaluation`` (default :func:`_evaluation`)."""
     return plan_engines(
-        tiny_model(),
+        tiny_model() if model is None else model,
         variants,
-        None,
+        table,
         tmp_path / "engines",
         tmp_path / "cache",
-        evaluation=_evaluation(variants),
+        evaluation=_evaluation(variants) if evaluation is None else evaluation,
         precisions=precisions,
         availability=a10,
         **kw,
@@ -108,16 +110,7 @@ def test_built_plans_are_run_verified_and_kept(trt10: TrtDouble, tmp_path, varia
 def test_a_plan_that_could_not_be_run_is_never_kept(trt10, tmp_path, variants, a10) -> None:
     # 20x20 images fit neither profile (4-16 and 32-64): TensorRT refuses the shape at run time.
     evaluation = _evaluation(variants, eval_inputs_shaped(3, 20, 20))
-    (result,) = plan_engines(
-        tiny_model(),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=evaluation,
-        precisions=[Precision.FP32],
-        availability=a10,
-    )
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP32], evaluation=evaluation)
     assert result.status is Status.FAILED
     assert (
         "the evaluation set cannot run on this plan: input shapes {'input': (4, 3, 20, 20)} fit no"
@@ -167,33 +160,21 @@ def test_a_plan_whose_outputs_differ_fails_verification_and_is_dropped(
 ) -> None:
     inputs = eval_inputs()
     wrong = {"logits": -run_onnx(variants[Precision.FP32], inputs, batch_size=4)["logits"]}
-    (result,) = plan_engines(
-        tiny_model(),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=Evaluation(inputs, wrong),
-        precisions=[Precision.FP16],
-        availability=a10,
-    )
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP16], evaluation=Evaluation(inputs, wrong))
     assert result.status is Status.FAILED and "the plan failed verification" in result.message
     assert "min_cosine" in result.message and not (tmp_path / "engines" / "fp16" / "model.plan").exists()
+
+
+def _calibrator_plan(tmp_path, variants, a10, table, **kw):
+    """The INT8 plan of :func:`tiny_model` in calibrator mode, from ``table``."""
+    model = tiny_model(engine={"int8_mode": "calibrator"})
+    return _plan(tmp_path, variants, a10, [Precision.INT8], model=model, table=table, **kw)
 
 
 def test_a_calibrator_plan_reads_the_table_under_this_tensorrts_header(
     trt10: TrtDouble, tmp_path, variants, a10, calibration_table
 ) -> None:
-    (result,) = plan_engines(
-        tiny_model(engine={"int8_mode": "calibrator"}),
-        variants,
-        calibration_table,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants),
-        precisions=[Precision.INT8],
-        availability=a10,
-    )
+    (result,) = _calibrator_plan(tmp_path, variants, a10, calibration_table)
     assert result.status is Status.BUILT, result.message
     headed = tmp_path / "engines" / "int8" / "calibration.cache"
     assert headed.read_text().splitlines()[0] == "TRT-101300-EntropyCalibration2"
@@ -201,27 +182,21 @@ def test_a_calibrator_plan_reads_the_table_under_this_tensorrts_header(
     assert trt10.named("calibration_cache_rejected") == []
 
 
-def _fixed_calibrator_plan(tmp_path: Path, table: Path, **kw):
-    """INT8 calibrator mode for :func:`fixed_model`, from an ONNX of its fixed shapes."""
-    fp32 = write_onnx(tmp_path / "fixed.onnx", "fp32", (3, 8, 8))
-    inputs = eval_inputs_shaped(3, 8, 8, samples=4)
-    return plan_engines(
-        fixed_model(),
-        {Precision.FP32: fp32},
-        table,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=Evaluation(inputs, run_onnx(fp32, inputs, batch_size=0)),
-        precisions=[Precision.INT8],
-        availability=kw.pop("availability"),
-        **kw,
-    )
-
-
 def test_a_calibrator_plan_of_fixed_shapes_without_batching_is_built_and_verified(
     trt10: TrtDouble, tmp_path, a10, calibration_table
 ) -> None:
-    (result,) = _fixed_calibrator_plan(tmp_path, calibration_table, availability=a10)
+    fp32 = write_onnx(tmp_path / "fixed.onnx", "fp32", (3, 8, 8))  # the fixed model's own shapes
+    inputs = eval_inputs_shaped(3, 8, 8, samples=4)
+    evaluation = Evaluation(inputs, run_onnx(fp32, inputs, batch_size=0))
+    (result,) = _plan(
+        tmp_path,
+        {Precision.FP32: fp32},
+        a10,
+        [Precision.INT8],
+        model=fixed_model(),
+        table=calibration_table,
+        evaluation=evaluation,
+    )
     assert (result.status, result.message) == (Status.BUILT, "built and verified"), result.message
     assert [e[1] for e in trt10.named("infer")] == 4 * [{"input": [3, 8, 8]}]  # one sample at a time
 
@@ -230,17 +205,8 @@ def test_a_calibrator_plan_is_fresh_on_the_next_start_though_tensorrt_rewrote_th
     trt10: TrtDouble, tmp_path, variants, a10, calibration_table
 ) -> None:
     def build() -> EngineResult:
-        (result,) = plan_engines(
-            tiny_model(engine={"int8_mode": "calibrator"}),
-            variants,
-            calibration_table,
-            tmp_path / "engines",
-            tmp_path / "cache",
-            evaluation=_evaluation(variants),
-            precisions=[Precision.INT8],
-            availability=a10,
-            if_stale=True,  # tritonforge engines --if-stale
-        )
+        # tritonforge engines --if-stale
+        (result,) = _calibrator_plan(tmp_path, variants, a10, calibration_table, if_stale=True)
         return result
 
     assert build().status is Status.BUILT
@@ -298,17 +264,7 @@ def test_a_fresh_plan_is_verified_again_when_its_tolerance_changes(
             "int8": {"mean_cosine": 0.99},
         }
     )
-    (checked,) = plan_engines(
-        stricter,
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants),
-        precisions=[Precision.FP16],
-        availability=a10,
-        if_stale=True,
-    )
+    (checked,) = _plan(tmp_path, variants, a10, [Precision.FP16], model=stricter, if_stale=True)
     assert checked.status is Status.BUILT  # run and verified again under the new tolerance
     assert len(trt10.named("Builder")) == 2
 
@@ -408,16 +364,9 @@ def _batch_profiles() -> list[dict]:
 def test_every_profile_is_verified_and_run_as_triton_would_choose_it(
     trt10: TrtDouble, tmp_path, variants, a10
 ) -> None:
-    (result,) = plan_engines(
-        tiny_model(profiles=_batch_profiles()),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants, eval_inputs_shaped(3, 8, 8, samples=20)),
-        precisions=[Precision.FP32],
-        availability=a10,
-    )
+    evaluation = _evaluation(variants, eval_inputs_shaped(3, 8, 8, samples=20))
+    model = tiny_model(profiles=_batch_profiles())
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP32], model=model, evaluation=evaluation)
     assert result.status is Status.BUILT, result.message
     assert result.message == "built and verified"
     # at batch 2 (profile 0's opt) and 16 (profile 1's opt and the max): the 4 left over at 16
@@ -478,16 +427,8 @@ def test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason(
 ) -> None:
     # Triton looks up the GPU's compute capability, else default_model_filename (model.plan):
     # a model.sm86.plan nothing maps would never load.
-    (result,) = plan_engines(
-        tiny_model(engine={"cc_model_filenames": ["8.0", "8.9"]}),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants),
-        precisions=[Precision.FP16],
-        availability=a10,
-    )
+    model = tiny_model(engine={"cc_model_filenames": ["8.0", "8.9"]})
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP16], model=model)
     assert result.status is Status.FAILED and result.plan is None
     assert result.message == (
         "engine.cc_model_filenames lists 8.0, 8.9 but this GPU (NVIDIA A10) is 8.6: Triton would "
@@ -499,16 +440,7 @@ def test_a_gpu_missing_from_cc_model_filenames_fails_its_plans_with_the_reason(
 def test_each_profile_is_timed_at_its_opt_shape_with_the_inputs_on_the_device(
     trt10: TrtDouble, tmp_path, variants, a10
 ) -> None:
-    (result,) = plan_engines(
-        tiny_model(),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants),
-        precisions=[Precision.FP16],
-        availability=a10,
-    )
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP16])
     assert result.status is Status.BUILT, result.message
     # profile 0 at [4, 3, 8, 8] and profile 1 at [8, 3, 32, 32] (no evaluation sample has that
     # shape: zeros), each 3 warm-up launches and 5 rounds of 20, none through Polygraphy's infer()
@@ -561,16 +493,7 @@ def test_the_plan_built_is_the_file_triton_loads_on_this_gpu(
     from builder.targets import get
 
     model = tiny_model(engine={"cc_model_filenames": ["8.6", "8.9"]})
-    (result,) = plan_engines(
-        model,
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants),
-        precisions=[Precision.FP16],
-        availability=a10,
-    )
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP16], model=model)
     cfg = get("gpu").core_config(model, "tiny", Precision.FP16)
     files = dict(cfg.cc_model_filenames)
     assert result.plan is not None
@@ -630,16 +553,9 @@ def test_overlapping_profiles_are_verified_under_the_one_triton_chooses(
 ) -> None:
     # 8x48 images: profile 1's opt is their very shape, yet Triton's GetMostOptimizedProfile
     # (opt dim i against request dim i - 1) serves them with profile 0, so they are run there
-    (result,) = plan_engines(
-        tiny_model(profiles=_overlapping_profiles()),
-        variants,
-        None,
-        tmp_path / "engines",
-        tmp_path / "cache",
-        evaluation=_evaluation(variants, eval_inputs_shaped(3, 8, 48, samples=20)),
-        precisions=[Precision.FP32],
-        availability=a10,
-    )
+    evaluation = _evaluation(variants, eval_inputs_shaped(3, 8, 48, samples=20))
+    model = tiny_model(profiles=_overlapping_profiles())
+    (result,) = _plan(tmp_path, variants, a10, [Precision.FP32], model=model, evaluation=evaluation)
     assert result.status is Status.BUILT, result.message
     assert (
         result.message == "built and verified (Triton serves no evaluation batch with profiles [1]: not run)"
