@@ -8,7 +8,6 @@ import pytest
 from engine_support import TrtDouble, fixed_model, tiny_model, write_onnx
 
 from builder.engines.calibrator import calibration_header, with_header
-from builder.engines.plan import engine_options
 from builder.engines.profiles import InputRange
 from builder.engines.request import BuildRequest, make_request
 from builder.engines.trt_loader import EngineBuildError, build_plan
@@ -18,9 +17,9 @@ from builder.spec.engine import EngineOptions, Int8Mode
 STRONGLY_TYPED = 1 << 1
 
 
-def _request(tmp_path: Path, variants, precision, major, table=None, **options) -> BuildRequest:
+def _request(tmp_path: Path, variants, precision, major, table=None, model=None, **options) -> BuildRequest:
     return make_request(
-        tiny_model(),
+        tiny_model() if model is None else model,
         EngineOptions(
             **{
                 "workspace_mib": 512,
@@ -98,16 +97,9 @@ def test_int8_calibrator_on_10_feeds_the_table_under_the_running_versions_header
 
 def _fixed_request(tmp_path: Path, onnx: Path, table: Path) -> BuildRequest:
     """INT8 calibrator mode for a model of fixed shapes without batching: the spec has no profile."""
-    model = fixed_model()
-    return make_request(
-        model,
-        engine_options(model),
-        Precision.INT8,
-        {Precision.FP32: onnx},
-        table,
-        "10.13.0.35",
-        plan=tmp_path / "model.plan",
-        timing_cache=tmp_path / "cache" / "timing.cache",
+    variants = {Precision.FP32: onnx}
+    return _request(
+        tmp_path, variants, Precision.INT8, 10, table, fixed_model(), int8_mode=Int8Mode.CALIBRATOR
     )
 
 
