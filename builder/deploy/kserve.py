@@ -251,7 +251,10 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
     out = {"inferenceservice.yaml": inference_service(spec, opts)}
     if opts.repository_url:
         out["servingruntime.yaml"] = serving_runtime(spec, opts)
-    if opts.gpus:  # the same claim as the Kubernetes path's (its file, written alike)
+    # the same claim as the Kubernetes path's (its file, written alike): the plans on GPUs, and
+    # without a repository URL the LLMInferenceServices' checkpoints
+    llm_checkpoints = spec.llms and not opts.repository_url and opts.kserve.has_llm_inference_service
+    if opts.gpus or llm_checkpoints:
         out["engine-cache-pvc.yaml"] = k8s.engine_cache(opts)
     # named apart from k8s.py's files: both are written into deploy/generated
     out["kserve-hpa.yaml"] = autoscaler(opts)
@@ -260,8 +263,6 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
         out[f"llm-{one.name}-inferenceservice.yaml"] = llm_inference_service(one, opts)
         out[f"llm-{one.name}-kserve-hpa.yaml"] = llm_autoscaler(one, opts)
         out.update(kserve_llm.manifests(one, opts))
-    if spec.llms and not opts.repository_url and opts.kserve.has_llm_inference_service:
-        out["engine-cache-pvc.yaml"] = k8s.engine_cache(opts)  # holds the checkpoints too
     return out
 
 
