@@ -24,8 +24,6 @@ ships it (kserve_crd.py); the others with kubernetes-validate.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
-from typing import Any
 
 from builder.spec import Spec
 from builder.spec.llm import LLMSpec
@@ -264,24 +262,6 @@ def manifests(spec: Spec, opts: DeployOptions) -> dict[str, Manifest]:
         out[f"llm-{one.name}-kserve-hpa.yaml"] = llm_autoscaler(one, opts)
         out.update(kserve_llm.manifests(one, opts))
     return out
-
-
-def coverage_objects(rel: Any) -> list[Manifest]:
-    """Every shape of object written for ``rel``: the default zoo with and without an object
-    store, with and without GPUs, its LLM with LoRA adapters too (the CRDs are trimmed to these)."""
-    from builder.spec import load_spec
-    from builder.spec.llm import LoRA
-
-    spec = load_spec(Path(__file__).resolve().parents[2] / "models.yaml")
-    lora = LoRA(adapters={"adapter": "adapter"})
-    with_lora = spec.model_copy(update={"llms": [m.model_copy(update={"lora": lora}) for m in spec.llms]})
-    docs: list[Manifest] = []
-    for url in (None, "s3://bucket/repo"):
-        for gpus in (0, 1):
-            opts = DeployOptions(repository_url=url, gpus=gpus, kserve_version=rel.version)
-            for one in (spec, with_lora):
-                docs += manifests(one, opts).values()
-    return docs
 
 
 def validate(doc: Manifest, opts: DeployOptions | None = None) -> None:

@@ -17,9 +17,15 @@ from typing import Any
 
 import yaml
 
-from .kserve import coverage_objects
+from builder.spec import load_spec
+from builder.spec.llm import LoRA
+
+from .common import DeployOptions
+from .kserve import manifests
 from .kserve_crd import CRD_DIR, INDEX, KINDS, kinds_of, trimmed_crd
 from .kserve_releases import RELEASES, KServeRelease
+
+ZOO = Path(__file__).resolve().parents[2] / "models.yaml"
 
 
 def git_blob(data: bytes) -> str:
@@ -27,11 +33,20 @@ def git_blob(data: bytes) -> str:
 
 
 def written_objects(rel: KServeRelease) -> dict[str, list[Any]]:
-    """What the project writes for ``rel``, by kind, over the options that change its shape."""
+    """What the project writes for ``rel``, by kind, over the options that change its shape: the
+    default zoo with and without an object store, with and without GPUs, its LLM with LoRA
+    adapters too (the CRDs are trimmed to these)."""
+    spec = load_spec(ZOO)
+    lora = LoRA(adapters={"adapter": "adapter"})
+    with_lora = spec.model_copy(update={"llms": [m.model_copy(update={"lora": lora}) for m in spec.llms]})
     out: dict[str, list[Any]] = {k: [] for k in KINDS}
-    for doc in coverage_objects(rel):
-        if doc["kind"] in out:
-            out[doc["kind"]].append(doc)
+    for url in (None, "s3://bucket/repo"):
+        for gpus in (0, 1):
+            opts = DeployOptions(repository_url=url, gpus=gpus, kserve_version=rel.version)
+            for one in (spec, with_lora):
+                for doc in manifests(one, opts).values():
+                    if doc["kind"] in out:
+                        out[doc["kind"]].append(doc)
     return out
 
 
