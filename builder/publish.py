@@ -27,10 +27,7 @@ INNER_STAGING = ".staging-"  # hidden: Triton skips names that start with a dot
 
 def staging_dir(repo: Path) -> Path:
     """A fresh sibling folder on the same file system as ``repo``."""
-    staging = repo.with_name(f"{repo.name}.staging-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    return staging
+    return _fresh(repo.with_name(f"{repo.name}.staging-{os.getpid()}"))
 
 
 def in_place(repo: Path) -> bool:
@@ -41,9 +38,13 @@ def in_place(repo: Path) -> bool:
 
 def inner_staging_dir(repo: Path) -> Path:
     """A fresh hidden folder inside ``repo``, for :func:`publish_entries`."""
-    staging = repo / f"{INNER_STAGING}{os.getpid()}"
+    return _fresh(repo / f"{INNER_STAGING}{os.getpid()}")
+
+
+def _fresh(staging: Path) -> Path:
+    """``staging`` emptied: a folder of this process's pid left by a killed build is removed."""
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging.mkdir(parents=True)
     return staging
 
 
