@@ -124,9 +124,8 @@ def _close(schema: Any) -> None:
         return
     if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
         schema.setdefault("additionalProperties", False)
-    for key in ("properties",):
-        for sub in schema.get(key, {}).values():
-            _close(sub)
+    for sub in schema.get("properties", {}).values():
+        _close(sub)
     for key in ("items", "additionalProperties"):
         _close(schema.get(key))
 
