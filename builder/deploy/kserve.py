@@ -219,7 +219,7 @@ def llm_autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
     """Scales one LLM when its pods hold, on average, more requests than the engine's running
     slots (``max_num_seqs``): beyond them, requests wait in vLLM's scheduler."""
     name = llm.resource_name(opts, one)
-    slots = llm.running_slots(one)
+    slots = one.gpu_max_num_seqs
     target = {"type": "AverageValue", "averageValue": str(slots)}
     ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": predictor_deployment(name)}
     return {

@@ -129,7 +129,7 @@ def llm_inference_service(one: LLMSpec, opts: DeployOptions) -> Manifest:
 def autoscaler(one: LLMSpec, opts: DeployOptions) -> Manifest:
     """Scales the LLM's Deployment on the router's queue per pod and running requests."""
     name = llm.resource_name(opts, one)
-    slots = llm.running_slots(one)
+    slots = one.gpu_max_num_seqs
     queue = {"metric": {"name": QUEUE_METRIC, "selector": {"matchLabels": {"name": pool(name)}}},
              "target": {"type": "Value", "value": str(QUEUE_TARGET)}}  # fmt: skip
     running = {"metric": {"name": RUNNING_METRIC, "selector": {"matchLabels": {"model_name": one.name}}},

@@ -74,12 +74,6 @@ def shm_volume(llm: LLMSpec) -> Manifest:
     return {"name": SHM_MOUNT["name"], "emptyDir": shm}
 
 
-def running_slots(llm: LLMSpec) -> int:
-    """The requests vLLM runs at once on the GPU host (``max_num_seqs`` of its gpu entry): beyond
-    them, requests wait in its scheduler."""
-    return llm.gpu.max_num_seqs or llm.max_num_seqs
-
-
 def weights_bytes(llm: LLMSpec, built_repo: Path | None) -> int:
     """Weights at the GPU dtype, from the built checkpoint's config.json (0 when not built here).
     vLLM reads them through host memory on the way to the GPUs."""

@@ -81,7 +81,7 @@ def llm_rows(llm: LLMSpec, sizes: ModelSizes, gpu_memory: int | None = None) -> 
             sizes,
             dtype_bytes=llm.gpu.dtype.bytes,
             max_model_len=llm.max_model_len,
-            max_num_seqs=llm.gpu.max_num_seqs or llm.max_num_seqs,
+            max_num_seqs=llm.gpu_max_num_seqs,
             kv_space_bytes=max(0, int(llm.gpu.gpu_memory_utilization * gpu_memory) - weights),
         )
         rows.append(_row(llm, llm.gpu.dtype, "gpu", gpu, 0, gpu_memory))

@@ -72,7 +72,7 @@ def gpu_model_json(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> di
         "model": str(mount / spec.name / "1" / CHECKPOINT_DIR),
         "dtype": gpu.dtype.value,
         "max_model_len": spec.max_model_len,
-        "max_num_seqs": gpu.max_num_seqs or spec.max_num_seqs,
+        "max_num_seqs": spec.gpu_max_num_seqs,
         "gpu_memory_utilization": gpu.gpu_memory_utilization,
         "tensor_parallel_size": gpu.tensor_parallel_size,
         "enable_prefix_caching": spec.enable_prefix_caching,

@@ -224,6 +224,12 @@ class LLMSpec(Strict):
         return max(self.candidates, key=lambda d: d.bytes)
 
     @property
+    def gpu_max_num_seqs(self) -> int:
+        """The requests vLLM runs at once on a GPU host (``max_num_seqs`` of the gpu entry, else the
+        spec's): beyond them, requests wait in its scheduler."""
+        return self.gpu.max_num_seqs or self.max_num_seqs
+
+    @property
     def source_kind(self) -> SourceKind:
         """Recorded when the entry was validated (builder/spec/kinds.py)."""
         return self._source_kind
