@@ -13,7 +13,6 @@ moved out to the vLLM image's repository (``builder.deploy.llm_repository``) is 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from builder.records import EngineSummary, Log
 from builder.repository import MANIFEST
 from builder.spec import ModelSpec, Precision, Spec, Variant
 from builder.stages.inputs import CheckInputs, Fp16Inputs, Int8Inputs, ReferenceInputs
+from builder.targets.writer import link
 
 Json = dict[str, Any]  # manifest.json as json.loads reads it
 # The stage that holds each precision's ONNX (fp32 is the checked graph).
@@ -158,9 +158,9 @@ def install(built: BuiltRepository, summary: EngineSummary, built_models: list[s
     try:
         if inside:
             for name in built_models:
-                shutil.copytree(built.path / name, staging / name, copy_function=_link)
+                shutil.copytree(built.path / name, staging / name, copy_function=link)
         else:
-            shutil.copytree(built.path, staging, copy_function=_link, dirs_exist_ok=True)
+            shutil.copytree(built.path, staging, copy_function=link, dirs_exist_ok=True)
             (staging / MANIFEST).unlink()  # a link to the published one: never written through
         manifest = _replace_plans(built, summary, built_models, staging)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
@@ -186,7 +186,7 @@ def _replace_plans(
             artifacts.pop(f"{name}/1/{old.name}", None)
         for plan in summary.plans.get(name, []):
             for src in (plan.plan, plan.metadata):
-                _link(src, version / src.name)
+                link(src, version / src.name)
                 artifacts[f"{name}/1/{src.name}"] = file_hash(version / src.name)
         models[name] = {**models[name], "artifacts": artifacts}
     return {**built.manifest, "models": models, "engines": {"key": installed_key(summary)}}
@@ -195,11 +195,3 @@ def _replace_plans(
 def installed_key(summary: EngineSummary) -> str:
     """Changes with the plans installed (not with whether they were built or found fresh)."""
     return key_of(sorted((m, [file_hash(p.plan) for p in plans]) for m, plans in summary.plans.items()))
-
-
-def _link(src: str | Path, dst: str | Path) -> None:
-    """Hard links (plans and ONNX are immutable); a copy across devices."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)

@@ -30,7 +30,7 @@ def write_entry(entry: ModelEntry, root: Path) -> Path:
 
 def link(src: str | Path, dst: str | Path) -> None:
     """Hard-link cache artifacts into the repository (they are immutable); copy across devices.
-    Also ``shutil.copytree``'s ``copy_function`` where a built repository is copied (tune)."""
+    Also ``shutil.copytree``'s ``copy_function`` where a built repository is copied (tune, plans)."""
     try:
         os.link(src, dst)
     except OSError:
