@@ -3,22 +3,19 @@ alone into a fresh virtual environment, they import and infer against the real s
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomllib
 
+from tests.distribution import assert_imports_nothing_unshipped, venv_with
+
 ROOT = Path(__file__).parents[2]
 CLIENTS = ROOT / "clients"
-# Wheels of the clients' dependencies, kept between runs so that only the first run downloads them.
-WHEELHOUSE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tritonforge" / "client-wheels"
 
 SCRIPT = """
 import asyncio, importlib.metadata, importlib.util, json, sys
@@ -61,22 +58,8 @@ print(json.dumps({
 """
 
 
-def _imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-    return names
-
-
 def test_clients_import_nothing_from_builder() -> None:
-    files = sorted(CLIENTS.rglob("*.py"))
-    assert len(files) > 10
-    for path in files:
-        bad = {m for m in _imported_modules(path) if m.split(".")[0] in ("builder", "tests", "bench", "zoo")}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+    assert_imports_nothing_unshipped(CLIENTS)
 
 
 def test_pyproject_depends_on_tritonclient_numpy_and_prometheus_client_alone() -> None:
@@ -88,42 +71,11 @@ def test_pyproject_depends_on_tritonclient_numpy_and_prometheus_client_alone() -
     assert set(project["dependencies"]) <= set(root["dependencies"])  # the same pins as the root
 
 
-def _pip(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-
-
-def _wheelhouse(requirements: list[str]) -> Path:
-    """The dependencies' wheels: from the kept wheelhouse when complete, else downloaded into it."""
-    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    offline = _pip(
-        "download", "--no-index", "--find-links", str(WHEELHOUSE), "-d", str(WHEELHOUSE), *requirements
-    )
-    if offline.returncode != 0:
-        online = _pip("download", "-d", str(WHEELHOUSE), *requirements)
-        assert online.returncode == 0, online.stderr[-3000:]
-    return WHEELHOUSE
-
-
 @pytest.fixture(scope="module")
 def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the clients' wheel and its dependencies, nothing else (not even pip)."""
-    work = tmp_path_factory.mktemp("client-dist")
-    source = work / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    shutil.copytree(CLIENTS, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    built = _pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source))
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (work / "dist").glob("tritonforge_client-*.whl")
     requirements = tomllib.loads((CLIENTS / "pyproject.toml").read_text())["project"]["dependencies"]
-    wheels = _wheelhouse(requirements)
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    installed = _pip(
-        "--python", str(python), "install", "--no-index", "--find-links", str(wheels), str(wheel)
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    return python
+    return venv_with(tmp_path_factory.mktemp("client-dist"), [CLIENTS], requirements)
 
 
 @pytest.mark.integration

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +16,7 @@ import pytest
 import tomllib
 
 from builder.server import find_free_port
-from tests.clients.test_distribution import _imported_modules, _pip, _wheelhouse
+from tests.distribution import assert_imports_nothing_unshipped, venv_with
 
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "openai_frontend"
@@ -27,11 +25,7 @@ KEY = "sk-dist"
 
 
 def test_the_endpoint_imports_nothing_from_builder() -> None:
-    files = sorted(PACKAGE.rglob("*.py"))
-    assert len(files) > 10
-    for path in files:
-        bad = {m for m in _imported_modules(path) if m.split(".")[0] in ("builder", "tests", "bench", "zoo")}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+    assert_imports_nothing_unshipped(PACKAGE)
 
 
 def test_pyproject_depends_on_the_clients_and_the_endpoints_imports() -> None:
@@ -61,22 +55,7 @@ def _requirements() -> list[str]:
 @pytest.fixture(scope="module")
 def endpoint_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the clients' and the endpoint's wheels and their dependencies."""
-    work = tmp_path_factory.mktemp("openai-dist")
-    wheels = []
-    for folder in (CLIENTS, PACKAGE):
-        source = work / folder.name  # a copy: building writes build/ and *.egg-info beside the sources
-        shutil.copytree(folder, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-        built = _pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source))
-        assert built.returncode == 0, built.stderr[-3000:]
-    wheels = sorted(str(p) for p in (work / "dist").glob("tritonforge_*.whl"))
-    assert len(wheels) == 2, wheels
-    found = _wheelhouse(_requirements())
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    installed = _pip("--python", str(python), "install", "--no-index", "--find-links", str(found), *wheels)
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    return python
+    return venv_with(tmp_path_factory.mktemp("openai-dist"), [CLIENTS, PACKAGE], _requirements())
 
 
 @pytest.mark.slow
