@@ -10,7 +10,7 @@ SPEC ?= models.yaml
 REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist); tests/conftest.py keeps the ones that run a vLLM engine in one.
+# Test processes (pytest-xdist); tests/engines.py keeps the tests that run a vLLM engine in one.
 TEST_PROCESSES ?= 2
 OPENAI_PORT ?= 9000
 
@@ -60,7 +60,7 @@ tools: $(STAMP)
 
 test: $(STAMP) lint typecheck tools
 	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadscope --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder --build-zoo-first --durations=30 $(PYTEST_ARGS)
 
 # Benchmarks against the real tritonserver; write bench/results/ and summary.md (the last run and
 # its duration: docs/bench.md), then rewrite the figure blocks of README.md and docs/ from them.

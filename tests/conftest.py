@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,20 @@ from builder import shared_memory  # noqa: E402
 from builder.pipeline import build  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
-from tests.process_tree import Peaks, Sampler  # noqa: E402
+from tests.engines import (  # noqa: E402
+    ENGINE_GROUP,
+    ENGINES_AT_ONCE,
+    GROUPS_ENV,
+    LLM,
+    ZOO,
+    ZOO_BUILT_ENV,
+    GroupScheduling,
+    SharedServers,
+    assign_groups,
+    group_of,
+    write_groups,
+)
+from tests.process_tree import Peaks, Sampler, breakdown  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "builder" / "fixtures"
 KEPT_LOGS = ROOT / ".tritonforge" / "test-logs"
@@ -72,30 +86,35 @@ def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-_SESSION_SERVERS: list[TritonServer] = []
+# The engine group's shared servers (tests/engines.py): started when a module first holds one,
+# stopped when a test needs their room, at the latest when the session ends.
+SHARED = SharedServers()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def triton(zoo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    """One real tritonserver on the zoo repository for the whole session."""
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    server = TritonServer(zoo_repo, log_path=log)
-    server.start(timeout=ZOO_START_TIMEOUT)
-    try:
-        _SESSION_SERVERS.append(server)
+    """The session's one real tritonserver on the zoo repository, held for the module."""
+
+    def start() -> TritonServer:
+        server = TritonServer(zoo_repo, log_path=tmp_path_factory.mktemp("triton") / "server.log")
+        server.start(timeout=ZOO_START_TIMEOUT)
+        return server
+
+    with SHARED.hold(ZOO, start) as server:
         yield server
-        _SESSION_SERVERS.remove(server)
-    finally:
-        server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    """One server with the zoo's LLM (fixtures/llm_repo.py's SHARED_ENGINE) for every module that
-    needs no engine settings of its own. Each test leaves it with no request in flight."""
-    from tests.integration.fixtures.llm_repo import SHARED_ENGINE, SHARED_SETTINGS, llm_server
+    """The session's server with the zoo's LLM (fixtures/llm_repo.py's SHARED_ENGINE) for every module
+    that needs no engine settings of its own, held for the module. Each test leaves it with no
+    request in flight."""
+    from tests.integration.fixtures.llm_repo import SHARED_ENGINE, SHARED_SETTINGS, start_llm_server
 
-    with llm_server(tmp_path_factory.mktemp("llm"), SHARED_ENGINE, SHARED_SETTINGS) as server:
+    def start() -> TritonServer:
+        return start_llm_server(tmp_path_factory.mktemp("llm"), SHARED_ENGINE, SHARED_SETTINGS)
+
+    with SHARED.hold(LLM, start) as server:
         yield server
 
 
@@ -109,7 +128,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     again on a restarted server (tritonserver 2.51 has segfaulted about once in several full
     runs). Either way the crashed server's log is kept under .tritonforge/test-logs/."""
     outcome = yield
-    crashed = [s for s in _SESSION_SERVERS if not s.is_running()]
+    crashed = [s for s in SHARED.running() if not s.is_running()]
     if not crashed:
         return
     logs = [_keep_log(s, item.name) for s in crashed]
@@ -150,75 +169,42 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 # ---------------------------------------------------------------- two processes (`make test`)
 
-# `make test` runs the tests in two processes (pytest-xdist, --dist loadscope). A vLLM engine and
-# the zoo's server (which has one) take several GiB each: the modules that start one run as one
-# scope, in a single process and in order, as in a one-process run, so no two engines from
-# different modules are up at once. Every other module is a scope of its own (its module fixtures
-# start once). tests/test_conftest.py checks the list: a module whose tests use ENGINE_FIXTURES, or
-# that takes from LLM_REPO's helpers, must be in it; the others in it start a server on a repository
-# built from models.yaml, which has the zoo's LLM, or build models.yaml (golden configs, Dockerfile
-# stages): on a cold stage cache that build verifies the LLM with two vLLM engines at once (dtype
-# auto), which in the other process made four beside this one's. Whatever starts an engine outside
-# the list fails as it starts (server_refusal, _audit below).
-ENGINE_FIXTURES = frozenset({"zoo_repo", "llm_triton", "smollm2_export"})
-LLM_REPO = "tests.integration.fixtures.llm_repo"
-ENGINE_MODULES = frozenset(f"tests/{m}.py" for m in (
-    "builder/llm/test_export", "builder/llm/test_gguf_check", "builder/llm/test_verify",
-    "clients/perf/test_perf_llm", "clients/perf/test_perf_zoo", "clients/test_aio", "clients/test_client",
-    "clients/test_distribution", "clients/test_server_stopped", "clients/test_tasks",
-    "clients/test_triton_examples", "integration/test_bad_requests", "integration/test_estimate",
-    "integration/test_estimate_llm", "integration/test_gpu_check_serving", "integration/test_image_client",
-    "integration/test_llm_health", "integration/test_llm_lanes", "integration/test_llm_lora",
-    "integration/test_llm_serving", "integration/test_llm_shutdown", "integration/test_minilm_serving",
-    "integration/test_openai_endpoint",
-    "integration/test_overload", "integration/test_queue_bound", "integration/test_targets",
-    "integration/test_zoo_serving", "builder/test_golden_configs", "integration/test_dockerfile_stages",
-    "integration/test_openai_embeddings", "integration/triton_openai/test_triton_openai_client",
-))  # fmt: skip
-ENGINE_SCOPE = "engines"
 
-
-def _starts_engine(item: pytest.Item) -> bool:
-    """Whether the test uses a fixture that starts an engine, or its module takes from the helpers
-    that write and serve an LLM repository."""
-    if ENGINE_FIXTURES & set(item.fixturenames):
-        return True
-    names = getattr(getattr(item, "module", None), "__dict__", {}).values()
-    return any(getattr(value, "__module__", None) == LLM_REPO for value in names)
-
-
-def _module(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    assign_groups(items)
+    if hasattr(config, "workerinput") and GROUPS_ENV in os.environ:
+        write_groups(items, Path(os.environ[GROUPS_ENV]))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadscope":
+    if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    return GroupScheduling(config, log, groups=Path(os.environ[GROUPS_ENV]))
 
-    class EnginesTogether(LoadScopeScheduling):  # type: ignore[misc]
-        """--dist loadscope, with every module of ENGINE_MODULES in one scope."""
 
-        def _split_scope(self, nodeid: str) -> str:
-            module = _module(nodeid)
-            return ENGINE_SCOPE if module in ENGINE_MODULES else module
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller names the groups file before xdist starts its workers (they inherit it)."""
+    if not hasattr(config, "workerinput") and config.getvalue("dist") == "loadgroup":
+        os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="tritonforge-groups-")) / "groups.json")
 
-    return EnginesTogether(config, log)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test of the engine group, stop the shared servers it does not ask for and no module
+    holds: the room its own engines may need."""
+    if group_of(item) == ENGINE_GROUP:
+        SHARED.make_room(keep=set(item.fixturenames))
 
 
 # ---------------------------------------------------------------- servers and engines where they belong
 
 # A test that starts a tritonserver carries one of these markers (the README's fast run,
-# -m "not integration and not slow", starts none), and one that starts a vLLM engine is in
-# ENGINE_MODULES. Both are checked as the server or the build's vLLM child starts (whatever the
-# path to it), so a module the collection check above cannot see (a build, a helper) fails too.
+# -m "not integration and not slow", starts none), and one that starts a vLLM engine is in the
+# engine group. Both are checked as the server or the build's vLLM child starts (whatever the
+# path to it), so a module that tests/engines.py cannot see (a build, a helper) fails too.
 SERVER_MARKERS = ("integration", "slow")
-# vLLM engines up at once, all in the engines scope's process: the zoo's server (`triton`), the
-# shared LLM server (`llm_triton`) and the module running's own server or build verification, which
-# has two when it serves a lane with an engine of its own (test_llm_lanes) or verifies both dtypes.
-# More fails the run (pytest_sessionfinish).
-ENGINES_AT_ONCE = 4
 ENGINE_ARGS = "model.json"  # the vllm_engine model's engine arguments, beside its model.py
 _RUNNING: list[pytest.Item] = []  # the test this process is setting up, running or tearing down
 
@@ -250,10 +236,10 @@ def server_refusal(item: pytest.Item, server: TritonServer) -> str | None:
 
 def engine_refusal(item: pytest.Item, whose: str) -> str | None:
     """Why ``item`` may not start a vLLM engine (``whose``: what runs it), if it may not."""
-    module = _module(item.nodeid)
-    if module in ENGINE_MODULES:
+    if group_of(item) == ENGINE_GROUP:
         return None
-    return f"{item.nodeid} starts a vLLM engine ({whose}): add {module} to ENGINE_MODULES (tests/conftest.py)"
+    return (f"{item.nodeid} starts a vLLM engine ({whose}): mark its module "
+            f"pytest.mark.xdist_group(ENGINE_GROUP) (tests/engines.py)")  # fmt: skip
 
 
 ENGINE_RUNNER = "builder.llm.vllm_greedy"  # the child a build verifies its LLM in (builder/llm/verify.py)
@@ -309,18 +295,53 @@ _SAMPLER: list[Sampler] = []
 _PEAKS: list[Peaks] = []
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--build-zoo-first", action="store_true", default=False,
+        help="build the zoo of models.yaml into the test stage cache before the test processes start",
+    )  # fmt: skip
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):  # the run's own process checks, not each worker
-        _STATUS_AT_START.append(_tree_status())
-        _SHM_AT_START.append(shared_memory.shm_names())
-        _SAMPLER.append(Sampler(os.getpid()))
-        _SAMPLER[0].start()
+    """The run's own process (not each worker): the tree's state, the memory sampler, and with
+    --build-zoo-first the zoo's stages, before xdist starts the workers (its own sessionstart is
+    trylast), so every build of models.yaml in the run finds them made."""
+    if hasattr(session.config, "workerinput"):
+        return
+    _STATUS_AT_START.append(_tree_status())
+    _SHM_AT_START.append(shared_memory.shm_names())
+    _SAMPLER.append(Sampler(os.getpid()))
+    _SAMPLER[0].start()
+    if session.config.getoption("build_zoo_first"):
+        build_zoo_first(session.config)
+
+
+def build_zoo_first(config: pytest.Config) -> None:
+    """`tritonforge build` of models.yaml for the local target with the tests' stage cache, in a
+    process of its own (this one stays small), each of its lines shown as it comes."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    say(f"building models.yaml's zoo into {test_cache_dir()} before the tests (--build-zoo-first)")
+    with tempfile.TemporaryDirectory(prefix="tritonforge-zoo-") as scratch:
+        spec, repo, cache = ROOT / "models.yaml", Path(scratch) / "repo", test_cache_dir()
+        command = [sys.executable, "-m", "builder.cli", "build", "--spec", str(spec), "--repo", str(repo),
+                   "--target", "local", "--cache", str(cache)]  # fmt: skip
+        out = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with out:
+            for line in out.stdout or ():
+                say(line.rstrip())
+        if out.returncode != 0:
+            pytest.exit(f"the zoo did not build ({' '.join(command)}: exit {out.returncode})", returncode=1)
+    os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the shared memory the run's killed servers left; fail the run when it wrote, deleted
-    or added anything git sees. That is checked when the tree was clean at the start (CI's fresh
-    clone; a developer's tree with edits in progress is not)."""
+    """Stop the shared servers, remove the shared memory the run's killed servers left; fail the run
+    when it wrote, deleted or added anything git sees. That is checked when the tree was clean at
+    the start (CI's fresh clone; a developer's tree with edits in progress is not)."""
+    SHARED.stop_all()
+    if not hasattr(session.config, "workerinput") and GROUPS_ENV in os.environ:
+        shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
     if _SHM_AT_START:
         shared_memory.remove_orphaned(shared_memory.shm_names() - _SHM_AT_START[0])
     if _SAMPLER:
@@ -366,4 +387,7 @@ def peak_line(peaks: Peaks) -> str:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The run's peak memory, after --durations' slowest tests (the controller's only: it has the peaks)."""
     if _PEAKS and not terminalreporter.config.option.collectonly:
-        terminalreporter.write_line(peak_line(_PEAKS[0]))
+        KEPT_LOGS.mkdir(parents=True, exist_ok=True)
+        kept = KEPT_LOGS / "peak-memory.txt"
+        kept.write_text("\n".join(breakdown(_PEAKS[0].at_peak)) + "\n")
+        terminalreporter.write_line(f"{peak_line(_PEAKS[0])}; its largest processes: {kept}")

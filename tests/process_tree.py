@@ -70,9 +70,12 @@ class Peaks:
     rss: int = 0  # bytes: the resident sets of the tree summed, at its highest
     engines: int = 0  # vLLM engine cores up at once, at most
     engines_seen: list[str] = field(default_factory=list)  # what started them, when there were most
+    at_peak: list[Proc] = field(default_factory=list)  # the processes when the sum was highest
 
     def add(self, procs: list[Proc]) -> None:
-        self.rss = max(self.rss, sum(p.rss for p in procs))
+        total = sum(p.rss for p in procs)
+        if total > self.rss:
+            self.rss, self.at_peak = total, procs
         engines = [p for p in procs if p.engine]
         if len(engines) > self.engines:
             self.engines, self.engines_seen = len(engines), [started_by(p, procs) for p in engines]
@@ -109,3 +112,9 @@ class Sampler:
         while not self._stop.is_set():
             self.sample()
             self._stop.wait(self.interval_s)
+
+
+def breakdown(procs: list[Proc], top: int = 15) -> list[str]:
+    """The largest processes, one line each: resident GiB and the command line cut to 160 characters."""
+    ranked = sorted(procs, key=lambda p: p.rss, reverse=True)[:top]
+    return [f"{p.rss / 2**30:5.2f} GiB  pid {p.pid} (parent {p.ppid})  {p.cmdline[:160]}" for p in ranked]

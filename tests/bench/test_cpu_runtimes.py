@@ -1,9 +1,9 @@
-"""bench.cpu_runtimes: which published variant each side of the comparison runs."""
+"""bench.cpu_runtimes: which published variant each side of the comparison runs, and its rows."""
 
 from pathlib import Path
 from typing import Any
 
-from bench.cpu_runtimes import fastest_on, graph_of, published
+from bench.cpu_runtimes import fastest_on, graph_of, path_split, published
 
 
 def report(runtime: str, ms: float | None, passed: bool = True) -> dict[str, Any]:
@@ -60,3 +60,9 @@ def test_a_variant_published_only_on_another_runtime_runs_the_graph_of_its_preci
     assert (side.name, side.runtime, side.folder) == ("m_int8", "openvino", tmp_path / "m_int8")
     assert side.params == {"precision": "int8", "runtime": "openvino"}
     assert published(tmp_path, "m", "int8", entry).params == {}
+
+
+def test_the_c1_row_splits_the_served_p50_into_the_runtime_call_and_the_serving_path() -> None:
+    served = {"points": {"1": {"p50_ms": 4.67}}, "runner_ms": {"run": {"p50": 3.37}}}
+    assert path_split(served) == "; of its 4.67 ms p50, 3.37 ms runtime call, 1.30 ms serving path"
+    assert path_split({"points": served["points"], "runner_ms": {"executes": 0}}) == ""

@@ -28,7 +28,7 @@ VNNI_ONLY = {"efficientnet_lite0_int8/config.pbtxt"}
 # the flags the variant's read-back precision follows), published on the cpu target; the golden copy
 # is written on such a CPU.
 BF16_ONLY = {"resnet18_bf16_openvino/config.pbtxt", "minilm_encoder_bf16_openvino/config.pbtxt"}
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.llm_build]
 
 
 def configs(repo: Path) -> dict[str, str]:

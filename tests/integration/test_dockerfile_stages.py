@@ -40,7 +40,7 @@ from tests.integration.fixtures.docker_stages import (
     venv_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.llm_build]
 
 DOUBLE_DIR = ROOT / "tests" / "builder" / "engines" / "trt_double"
 DOUBLE_ENV = {"PYTHONPATH": str(DOUBLE_DIR), "TRT_DOUBLE_GPU": "NVIDIA A10:8.6"}

@@ -30,15 +30,10 @@ ITL_COUNT = "vllm:time_per_output_token_seconds_count"  # one per output token a
 
 
 @pytest.fixture(scope="module")
-def triton(llm_triton: TritonServer) -> TritonServer:
-    """The session's shared LLM server."""
-    return llm_triton
-
-
-@pytest.fixture(scope="module")
-def endpoint(triton: TritonServer) -> Iterator[OpenAIServer]:
+def endpoint(llm_triton: TritonServer) -> Iterator[OpenAIServer]:
+    """The endpoint on the session's shared LLM server."""
     settings = Settings(api_key=KEY, max_body_bytes=MAX_BODY)
-    with OpenAIServer(settings, TritonEngine(triton.grpc_url), port=0) as server:
+    with OpenAIServer(settings, TritonEngine(llm_triton.grpc_url), port=0) as server:
         yield server
 
 
@@ -354,13 +349,13 @@ def test_without_max_tokens_the_answer_is_not_cut_at_16_tokens(client: openai.Op
 
 
 def test_a_whole_answer_whose_client_left_stops_generating(
-    triton: TritonServer, endpoint: OpenAIServer, client: openai.OpenAI
+    llm_triton: TritonServer, endpoint: OpenAIServer, client: openai.OpenAI
 ) -> None:
     """A non-streamed request is cancelled when its client disconnects, as vLLM's server does: the
     engine stops it, counted in tokens, not timed. Ordered by control: the client leaves once the
     engine has made the request's first tokens; the engine is then polled until it is empty."""
     asked = SHARED_MAX_MODEL_LEN - 32
-    before = engine_metric(triton, ITL_COUNT)
+    before = engine_metric(llm_triton, ITL_COUNT)
     body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": asked, "ignore_eos": True}).encode()
     address = urlsplit(endpoint.url)
     with socket.create_connection((address.hostname, address.port), timeout=60) as sock:
@@ -369,16 +364,16 @@ def test_a_whole_answer_whose_client_left_stops_generating(
             + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        _until(lambda: engine_metric(triton, ITL_COUNT) > before, "the request's tokens coming")
+        _until(lambda: engine_metric(llm_triton, ITL_COUNT) > before, "the request's tokens coming")
     # The engine's gauges move only when it steps: each poll sends a one-token request first.
     _until(
         lambda: (
             client.completions.create(model=MODEL, prompt="Hi", max_tokens=1) is not None
-            and engine_metric(triton, "vllm:num_requests_running") == 0
+            and engine_metric(llm_triton, "vllm:num_requests_running") == 0
         ),
         "the engine empty",
     )
-    made = engine_metric(triton, ITL_COUNT) - before
+    made = engine_metric(llm_triton, ITL_COUNT) - before
     assert made < asked / 2, f"{made:.0f} of {asked} tokens made after the client left"
 
 

@@ -19,8 +19,10 @@ from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.server import TritonServer
 from tests.conftest import test_cache_dir
+from tests.engines import ENGINE_GROUP
 
-pytestmark = pytest.mark.integration
+# Each target's repository is served, the zoo's LLM with it: an engine.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(ENGINE_GROUP)]
 
 ROOT = Path(__file__).parents[2]
 BACKEND = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}
