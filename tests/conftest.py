@@ -316,23 +316,34 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         build_zoo_first(session.config)
 
 
+# The targets the tests build models.yaml for (golden configs, targets, Dockerfile stages): local
+# first, whose stages the other two reuse.
+ZOO_TARGETS = ("local", "cpu", "gpu")
+
+
 def build_zoo_first(config: pytest.Config) -> None:
-    """`tritonforge build` of models.yaml for the local target with the tests' stage cache, in a
+    """`tritonforge build` of models.yaml for each of ZOO_TARGETS with the tests' stage cache, in a
     process of its own (this one stays small), each of its lines shown as it comes."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
     say(f"building models.yaml's zoo into {test_cache_dir()} before the tests (--build-zoo-first)")
-    with tempfile.TemporaryDirectory(prefix="tritonforge-zoo-") as scratch:
-        spec, repo, cache = ROOT / "models.yaml", Path(scratch) / "repo", test_cache_dir()
-        command = [sys.executable, "-m", "builder.cli", "build", "--spec", str(spec), "--repo", str(repo),
-                   "--target", "local", "--cache", str(cache)]  # fmt: skip
-        out = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        with out:
-            for line in out.stdout or ():
-                say(line.rstrip())
-        if out.returncode != 0:
-            pytest.exit(f"the zoo did not build ({' '.join(command)}: exit {out.returncode})", returncode=1)
+    for target in ZOO_TARGETS:
+        with tempfile.TemporaryDirectory(prefix="tritonforge-zoo-") as scratch:
+            build_target(target, Path(scratch) / "repo", say)
     os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
+
+
+def build_target(target: str, repo: Path, say: Any) -> None:
+    """One `tritonforge build` into ``repo``; a build that fails ends the run (its lines were shown)."""
+    spec, cache = ROOT / "models.yaml", test_cache_dir()
+    command = [sys.executable, "-m", "builder.cli", "build", "--spec", str(spec), "--repo", str(repo),
+               "--target", target, "--cache", str(cache)]  # fmt: skip
+    out = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with out:
+        for line in out.stdout or ():
+            say(f"[{target}] {line.rstrip()}")
+    if out.returncode != 0:
+        pytest.exit(f"the zoo did not build ({' '.join(command)}: exit {out.returncode})", returncode=1)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
