@@ -82,15 +82,15 @@ def assign_groups(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("xdist_group") is None:
             whole = ENGINE_GROUP if module_of(item.nodeid) in engines else group_of(item)
             item.add_marker(pytest.mark.xdist_group(whole))
-    asked: dict[str, int] = {}
+    asked: dict[str, frozenset[str]] = {}
     for item in items:
         if group_of(item) == ENGINE_GROUP:
             module = module_of(item.nodeid)
-            asked[module] = asked.get(module, 0) | shared_asked(item)
+            asked[module] = asked.get(module, frozenset()) | shared_asked(item)
     items.sort(key=lambda item: order(item, asked))
 
 
-def order(item: pytest.Item, asked: dict[str, int]) -> tuple[int, int]:
+def order(item: pytest.Item, asked: dict[str, frozenset[str]]) -> tuple[int, int]:
     """The engine group first (the longest, by phase), then the builds of models.yaml (minutes
     each), then the rest in collection order: with ``--no-loadscope-reorder`` xdist hands the groups
     out in this order, so the other process starts on the long builds while the first runs engines."""
@@ -100,15 +100,14 @@ def order(item: pytest.Item, asked: dict[str, int]) -> tuple[int, int]:
     return (1, 0) if item.get_closest_marker("llm_build") else (2, 0)
 
 
-def shared_asked(item: pytest.Item) -> int:
-    """The shared servers the test asks for, as bits: 1 the zoo's, 2 the LLM server."""
-    names = set(getattr(item, "fixturenames", ()))
-    return (1 if ZOO in names else 0) | (2 if LLM in names else 0)
+def shared_asked(item: pytest.Item) -> frozenset[str]:
+    """The shared servers the test asks for, by their fixtures' names."""
+    return frozenset({ZOO, LLM} & set(getattr(item, "fixturenames", ())))
 
 
 # A module's phase in the engine group, from the shared servers its tests ask for: the zoo's only,
 # both, the LLM server's only, neither (those start engines of their own).
-PHASES = {1: 0, 3: 1, 2: 2, 0: 3}
+PHASES = {frozenset({ZOO}): 0, frozenset({ZOO, LLM}): 1, frozenset({LLM}): 2, frozenset(): 3}
 
 
 def write_groups(items: list[pytest.Item], path: Path) -> None:
@@ -134,9 +133,8 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
 
 @dataclass
 class Shared:
-    """One shared server: how to start it, the running one, and how many modules hold it."""
+    """One shared server: the running one, and how many modules hold it."""
 
-    start: Callable[[], TritonServer]
     server: TritonServer | None = None
     holders: int = 0
 
@@ -150,7 +148,7 @@ class SharedServers:
 
     @contextmanager
     def hold(self, name: str, start: Callable[[], TritonServer]) -> Iterator[TritonServer]:
-        shared = self._servers.setdefault(name, Shared(start))
+        shared = self._servers.setdefault(name, Shared())
         if shared.server is None:
             shared.server = start()
         shared.holders += 1

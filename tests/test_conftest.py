@@ -85,14 +85,14 @@ def test_the_engine_group_runs_its_modules_whole_and_in_phase_order(request: pyt
     """The zoo server's users, then both servers', then the LLM server's, then engines of their own:
     each shared server starts once."""
     modules: list[str] = []
-    asked: dict[str, int] = {}
+    asked: dict[str, frozenset[str]] = {}
     for item in request.session.items:
         if group_of(item) == ENGINE_GROUP:
             module = module_of(item.nodeid)
             if not modules or modules[-1] != module:
                 assert module not in modules, f"{module} runs in two parts"
                 modules.append(module)
-            asked[module] = asked.get(module, 0) | shared_asked(item)
+            asked[module] = asked.get(module, frozenset()) | shared_asked(item)
     phases = [PHASES[asked[m]] for m in modules]
     assert phases == sorted(phases)
 
