@@ -48,6 +48,7 @@ from bench.common import (
 )
 from bench.flops import Peak, clock_ghz, model_flops, peak, variant_precision
 from builder.python_models.onnx_runner.utils.timings import TIMINGS_ENV
+from builder.spec import Variant
 
 NAME = "cpu_runtimes"
 MODELS = ("resnet18", "efficientnet_lite0", "minilm_encoder")
@@ -96,7 +97,6 @@ class Published:
 
 def allowed(spec: dict[str, Any], variant: str) -> bool:
     """Whether the spec's ``serve.local`` choices (none: all) allow the variant's precision."""
-    from builder.spec import Variant
 
     choices = (spec.get("serve") or {}).get("local")
     if not choices:
@@ -120,7 +120,6 @@ def graph_of(entry: dict[str, Any], variant: str) -> str | None:
     """The published model whose graph ``variant`` runs: its own, or, for a variant the target does
     not publish (the local target publishes only ONNX Runtime's beside the served one), one
     published on the graph of its precision (bf16 runs the FP32 graph); None if there is none."""
-    from builder.spec import Variant
 
     names = {v: n for n, v in entry["published"].items()}
     if variant in names:
@@ -131,7 +130,6 @@ def graph_of(entry: dict[str, Any], variant: str) -> str | None:
 
 def published(repo: Path, model: str, variant: str, entry: dict[str, Any]) -> Published:
     from builder.python_models.shared.onnx_contract import PRECISION, RUNTIME
-    from builder.spec import Variant
 
     name = graph_of(entry, variant)
     assert name is not None

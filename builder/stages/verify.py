@@ -25,7 +25,8 @@ ROUNDING = 1e-9
 
 
 def session(path: Path, threads: int = 0) -> VariantSession:
-    """An ORT CPU session that logs nothing of its own (``builder.stages.sessions``)."""
+    """ONNX Runtime's VariantSession on the CPU (``open_variant``), logging nothing of its own
+    (``builder.stages.sessions``)."""
     return open_variant(Variant(Precision.FP32), path, threads)
 
 

@@ -31,9 +31,11 @@ class CpuTarget(Target):
     def serves(self, variant: Variant) -> bool:
         return variant.runtime is Runtime.ONNXRUNTIME or variant == BF16_OPENVINO
 
-    def candidates(self, build: ModelBuild) -> list[Variant]:
-        pinned = build.spec.serve.runtime is Runtime.OPENVINO
-        return [v for v in super().candidates(build) if pinned or v.runtime is Runtime.ONNXRUNTIME]
+    def _allowed(self, model: ModelSpec, variant: Variant) -> bool:
+        """OpenVINO serves under the model's name only where the spec pins it (``serve.runtime``):
+        the container's openvino backend runs only full batches unless it pads (targets.md)."""
+        pinned = model.serve.runtime is Runtime.OPENVINO
+        return super()._allowed(model, variant) and (pinned or variant.runtime is Runtime.ONNXRUNTIME)
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
