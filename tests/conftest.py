@@ -35,6 +35,7 @@ from tests.engines import (  # noqa: E402
     SharedServers,
     assign_groups,
     group_of,
+    module_of,
     write_groups,
 )
 from tests.process_tree import Peaks, Sampler, breakdown  # noqa: E402
@@ -170,32 +171,39 @@ def _import_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 # ---------------------------------------------------------------- two processes (`make test`)
 
 
+MODULE_ASKS: dict[str, frozenset[str]] = {}  # the shared servers each collected module asks for
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    assign_groups(items)
+    MODULE_ASKS.update(assign_groups(items))
     if hasattr(config, "workerinput") and GROUPS_ENV in os.environ:
         write_groups(items, Path(os.environ[GROUPS_ENV]))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadgroup":
+    if config.getoption("dist", "no") != "loadgroup":
         return None
     return GroupScheduling(config, log, groups=Path(os.environ[GROUPS_ENV]))
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and GROUPS_ENV in os.environ:
+        shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The controller names the groups file before xdist starts its workers (they inherit it)."""
-    if not hasattr(config, "workerinput") and config.getvalue("dist") == "loadgroup":
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":
         os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="tritonforge-groups-")) / "groups.json")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before a test of the engine group, stop the shared servers it does not ask for and no module
-    holds: the room its own engines may need."""
-    if group_of(item) == ENGINE_GROUP:
-        SHARED.make_room(keep=set(item.fixturenames))
+    """Before each test, stop the shared servers its module does not ask for and no module holds:
+    the room its own engines may need."""
+    SHARED.make_room(keep=set(MODULE_ASKS.get(module_of(item.nodeid), frozenset())))
 
 
 # ---------------------------------------------------------------- servers and engines where they belong
@@ -351,8 +359,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     when it wrote, deleted or added anything git sees. That is checked when the tree was clean at
     the start (CI's fresh clone; a developer's tree with edits in progress is not)."""
     SHARED.stop_all()
-    if not hasattr(session.config, "workerinput") and GROUPS_ENV in os.environ:
-        shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
     if _SHM_AT_START:
         shared_memory.remove_orphaned(shared_memory.shm_names() - _SHM_AT_START[0])
     if _SAMPLER:
@@ -386,7 +392,7 @@ def _fail_run(session: pytest.Session, message: str) -> None:
 
 def too_many_engines(peaks: Peaks) -> str:
     return (f"{peaks.engines} vLLM engines were up at once, more than ENGINES_AT_ONCE ({ENGINES_AT_ONCE}) "
-            "in tests/conftest.py; each engine's parent:\n  " + "\n  ".join(peaks.engines_seen))  # fmt: skip
+            "in tests/engines.py; each engine's parent:\n  " + "\n  ".join(peaks.engines_seen))  # fmt: skip
 
 
 def peak_line(peaks: Peaks) -> str:

@@ -15,8 +15,8 @@ ZOO_BUILT_ENV), and then those builds start no engine and run in either process.
 
 That process keeps at most ENGINES_AT_ONCE engines up. The session's shared servers (the zoo's,
 ``triton``, and the shared LLM server, ``llm_triton``; one engine each) stay up while a module holds
-them and after, and are stopped before a test that asks for neither, to start again when a later
-module asks (SharedServers). The group runs its modules in the order that starts each shared
+them and after, and each is stopped before a test whose module does not ask for it, to start again
+when a later module asks (SharedServers). The group runs its modules in the order that starts each shared
 server once (``phase``): the zoo's users, then those of both, then the LLM server's, then the
 modules with engines of their own (a server's two lanes, a build verifying two dtypes).
 """
@@ -73,29 +73,35 @@ def own_group(item: pytest.Item) -> str:
     return module_of(item.nodeid)
 
 
-def assign_groups(items: list[pytest.Item]) -> None:
+def assign_groups(items: list[pytest.Item]) -> dict[str, frozenset[str]]:
     """Mark every item with its module's group (the engine group where any of its tests is in it),
     and order the engine group's modules by phase (a stable sort: every process collects the same
-    order, as xdist requires)."""
+    order, as xdist requires). Returns the shared servers each module asks for (module_asks)."""
     engines = {module_of(item.nodeid) for item in items if group_of(item) == ENGINE_GROUP}
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            whole = ENGINE_GROUP if module_of(item.nodeid) in engines else group_of(item)
-            item.add_marker(pytest.mark.xdist_group(whole))
+            module = module_of(item.nodeid)
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if module in engines else module))
+    asked = module_asks(items)
+    items.sort(key=lambda item: order(item, engines, asked))
+    return asked
+
+
+def module_asks(items: list[pytest.Item]) -> dict[str, frozenset[str]]:
+    """The shared servers each module's tests ask for, together."""
     asked: dict[str, frozenset[str]] = {}
     for item in items:
-        if group_of(item) == ENGINE_GROUP:
-            module = module_of(item.nodeid)
-            asked[module] = asked.get(module, frozenset()) | shared_asked(item)
-    items.sort(key=lambda item: order(item, asked))
+        module = module_of(item.nodeid)
+        asked[module] = asked.get(module, frozenset()) | shared_asked(item)
+    return asked
 
 
-def order(item: pytest.Item, asked: dict[str, frozenset[str]]) -> tuple[int, int]:
+def order(item: pytest.Item, engines: set[str], asked: dict[str, frozenset[str]]) -> tuple[int, int]:
     """The engine group first (the longest, by phase), then the builds of models.yaml (minutes
     each), then the rest in collection order: with ``--no-loadscope-reorder`` xdist hands the groups
     out in this order, so the other process starts on the long builds while the first runs engines."""
     module = module_of(item.nodeid)
-    if module in asked:
+    if module in engines:
         return 0, PHASES[asked[module]]
     return (1, 0) if item.get_closest_marker("llm_build") else (2, 0)
 
@@ -128,7 +134,7 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
     def _split_scope(self, nodeid: str) -> str:
         if not self.groups and self.groups_file is not None:
             self.groups = json.loads(self.groups_file.read_text())
-        return self.groups.get(nodeid, module_of(nodeid))
+        return self.groups[nodeid]  # a test the workers did not write is a mismatch: fail, not guess
 
 
 @dataclass
@@ -140,8 +146,8 @@ class Shared:
 
 
 class SharedServers:
-    """The engine group's shared servers, started when a module first holds one and stopped when a
-    test that asks for neither needs the room (``make_room``) or the session ends."""
+    """The engine group's shared servers, started when a module first holds one and stopped before a
+    test whose module does not ask for it (``make_room``) or when the session ends."""
 
     def __init__(self) -> None:
         self._servers: dict[str, Shared] = {}

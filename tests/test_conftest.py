@@ -26,9 +26,9 @@ from tests.engines import (
     ZOO_BUILT_ENV,
     SharedServers,
     group_of,
+    module_asks,
     module_of,
     own_group,
-    shared_asked,
     starts_engine,
     write_groups,
 )
@@ -85,14 +85,13 @@ def test_the_engine_group_runs_its_modules_whole_and_in_phase_order(request: pyt
     """The zoo server's users, then both servers', then the LLM server's, then engines of their own:
     each shared server starts once."""
     modules: list[str] = []
-    asked: dict[str, frozenset[str]] = {}
     for item in request.session.items:
         if group_of(item) == ENGINE_GROUP:
             module = module_of(item.nodeid)
             if not modules or modules[-1] != module:
                 assert module not in modules, f"{module} runs in two parts"
                 modules.append(module)
-            asked[module] = asked.get(module, frozenset()) | shared_asked(item)
+    asked = module_asks(request.session.items)
     phases = [PHASES[asked[m]] for m in modules]
     assert phases == sorted(phases)
 
