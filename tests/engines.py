@@ -39,7 +39,7 @@ from builder.server import TritonServer
 ENGINE_GROUP = "engines"
 ENGINES_AT_ONCE = 2
 ZOO, LLM = "triton", "llm_triton"  # the shared servers, by their fixtures' names
-ENGINE_FIXTURES = frozenset({"zoo_repo", ZOO, LLM, "smollm2_export"})
+ENGINE_FIXTURES = frozenset({"zoo_repo", ZOO, LLM})
 LLM_REPO = "tests.integration.fixtures.llm_repo"
 GROUPS_ENV = "TRITONFORGE_TEST_GROUPS"  # the file the workers write each test's group to
 ZOO_BUILT_ENV = "TRITONFORGE_TEST_ZOO_BUILT"  # set once the zoo's stages are in the test cache

@@ -20,82 +20,31 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from builder.cache import tree_hash
 from builder.configs import read_config
 from builder.server import TritonServer
 from builder.spec import load_spec
 from tests.builder.deploy.test_serving_image import FAKE_SMI
 from tests.conftest import test_cache_dir
-from tests.integration.fixtures.docker_stages import (
-    ROOT,
-    StageRun,
-    check_stand_ins,
-    parse,
-    run_stage,
-    start,
-    venv_for,
-)
+from tests.integration.fixtures.docker_stages import ROOT, StageRun, Stages, run_stages
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.llm_build]
 
-DOUBLE_DIR = ROOT / "tests" / "builder" / "engines" / "trt_double"
-DOUBLE_ENV = {"PYTHONPATH": str(DOUBLE_DIR), "TRT_DOUBLE_GPU": "NVIDIA A10:8.6"}
 # What the -py3 image serves with; Triton's vLLM backend is only in the -vllm-python-py3 image.
 PY3_IMAGE = {"tensorrt_plan", "onnxruntime_onnx", "python", "ensemble"}
 FAKE_SERVER = '#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_LOG/server"\n{wait}\n'
 KEY = "sk-stage-test"
 
 
-@dataclass
-class Stages:
-    runs: dict[str, StageRun]
-    seconds: dict[str, float]  # each stage's install and commands
-
-
-OWN = ("stage-venvs", "stage-engines")  # what this test keeps in the tests' stage cache
-
-
-def cache_farm(cache: Path, folder: Path) -> None:
-    """The stage cache the builder stage finds beside its spec: each model's stage folders are
-    the tests' stage cache, so the build reuses them. The serving stage's plans and timing
-    cache go to a folder of their own there (the double's plans, never another test's), so a
-    later run finds them fresh, as a restarted container does: the first run builds and
-    verifies every plan, later ones prove the command and the install."""
-    engines = cache / "stage-engines"
-    folder.mkdir(parents=True, exist_ok=True)
-    for model in (p for p in cache.iterdir() if p.is_dir() and p.name not in OWN):
-        (folder / model.name).mkdir(parents=True, exist_ok=True)
-        for stage in (p for p in model.iterdir() if p.is_dir() and p.name != "engines"):
-            (folder / model.name / stage.name).symlink_to(stage)
-        (engines / model.name).mkdir(parents=True, exist_ok=True)
-        (folder / model.name / "engines").symlink_to(engines / model.name)
-    (engines / "tensorrt").mkdir(parents=True, exist_ok=True)
-    (folder / "tensorrt").symlink_to(engines / "tensorrt")
-
-
 @pytest.fixture(scope="module")
 def stages(tmp_path_factory: pytest.TempPathFactory) -> Stages:
-    parsed = parse((ROOT / "Dockerfile").read_text())
-    check_stand_ins(parsed)
-    base = tmp_path_factory.mktemp("stages")
-    runs: dict[str, StageRun] = {}
-    seconds = {}
-    for name, stage in parsed.items():
-        begun = time.monotonic()
-        venv, new = venv_for(stage, test_cache_dir())
-        run = start(stage, base / name, venv, DOUBLE_ENV if name == "server" else {})
-        if name == "builder":
-            cache_farm(test_cache_dir(), Path(run.rebase("/opt/tritonforge/.tritonforge/cache")))
-        run_stage(run, runs)
-        (venv / "complete").touch()
-        runs[name] = run
-        seconds[name + (" (new venv)" if new else "")] = round(time.monotonic() - begun, 1)
-    print(f"stage seconds: {seconds}")
-    return Stages(runs, seconds)
+    stages = run_stages(tmp_path_factory.mktemp("stages"), test_cache_dir())
+    print(f"stage seconds: {stages.seconds}")
+    return stages
 
 
 def configs(repo: Path) -> dict[str, object]:
@@ -117,6 +66,14 @@ def test_the_builder_stage_builds_the_default_zoo_and_moves_the_llm_out(stages: 
     assert all(cfg.backend == "vllm" for cfg in llms.values())  # type: ignore[attr-defined]
     assert not set(llms) & set(served)
     assert list((Path(stages.runs["builder"].rebase("/wheels"))).glob("tritonforge-*.whl"))
+
+
+@pytest.mark.parametrize("stage", ["builder", "server"])
+def test_each_stage_runs_this_trees_builder_package(stages: Stages, stage: str) -> None:
+    """A kept venv's tritonforge has the version of every edit: pip must install it again, as the
+    Docker layer after ``COPY builder`` runs again."""
+    (installed,) = stages.runs[stage].venv.glob("lib/python*/site-packages/builder")
+    assert tree_hash(installed) == tree_hash(ROOT / "builder")
 
 
 def start_entrypoint(

@@ -142,9 +142,11 @@ def test_max_tokens_beyond_the_context_is_400_as_vllms_server_words_it(client: o
             f"max_tokens={beyond} cannot be greater than max_model_len={SHARED_MAX_MODEL_LEN}. "
             f"Please request fewer output tokens. (parameter=max_tokens, value={beyond})"
         )
-    capped = client.completions.create(model=MODEL, prompt="1, 2, 3,", max_tokens=SHARED_MAX_MODEL_LEN,
+    long_prompt = "1, 2, 3," + " x" * 490  # 498 tokens: the room left is 14 tokens, not max_tokens' 512
+    capped = client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=SHARED_MAX_MODEL_LEN,
                                        temperature=0, extra_body={"ignore_eos": True})  # fmt: skip
     assert capped.choices[0].finish_reason == "length" and capped.usage is not None
+    assert 0 < capped.usage.completion_tokens < 64
     assert capped.usage.prompt_tokens + capped.usage.completion_tokens == SHARED_MAX_MODEL_LEN
 
 

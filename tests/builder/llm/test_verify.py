@@ -14,6 +14,9 @@ from builder.llm.verify import PromptCheck, _report
 from builder.llm.vllm_greedy import GreedyResult
 from builder.spec.llm import LLMDType, LLMTolerance, parse_llm
 from tests.builder.llm.needs import NEEDS_GGUF, NEEDS_VLLM
+from tests.engines import ENGINE_GROUP
+
+pytestmark = pytest.mark.xdist_group(ENGINE_GROUP)  # vLLM against transformers: an engine
 
 ROOT = Path(__file__).parents[3]
 PROMPTS = ROOT / "calibration" / "smollm2"
