@@ -350,12 +350,13 @@ ZOO_BUILD_SECONDS: list[float] = []
 
 def build_zoo_first(config: pytest.Config) -> None:
     """`tritonforge build` of models.yaml for each of ZOO_TARGETS with the tests' stage cache, and
-    the Dockerfile's stage venvs, each in a process of its own, all at once: the stages the builds
-    share are made by one and waited for by the others (the stage cache's locks). The tests start
-    when ZOO_FIRST is built, its lines shown as they come; the others go on in the background at
-    low priority (nice), on the cores the first build and then the tests leave idle, and a test
-    that needs what one of them is making waits for it on the same locks. Each writes its lines
-    to .tritonforge/test-logs/; the session's end waits for them and fails the run if one failed."""
+    the Dockerfile's stage venvs, each in a process of its own. The venvs (pip, one core) and
+    ZOO_FIRST start at once, and the tests when ZOO_FIRST is built, its lines shown as they come.
+    The other targets start then (a build at low priority must never make a stage the first waits
+    for), what only they make left. Those in the background run at nice 10, on the cores the first
+    build and then the tests leave idle; a test that needs what one of them is making waits for it
+    on its lock (the stage cache's, a venv's). Each writes its lines to .tritonforge/test-logs/;
+    the session's end waits for them and fails the run if one failed."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
     cache = str(test_cache_dir())
@@ -369,15 +370,17 @@ def build_zoo_first(config: pytest.Config) -> None:
     }  # fmt: skip
     commands["stages"] = ["-m", "tests.integration.fixtures.docker_stages", cache]
     KEPT_LOGS.mkdir(parents=True, exist_ok=True)
-    for name, argv in commands.items():
-        ZOO_BUILDS.append(start_zoo_build(name, [sys.executable, *argv], background=name != ZOO_FIRST))
-    first = ZOO_BUILDS[0]
+    first = start_zoo_build(ZOO_FIRST, [sys.executable, *commands.pop(ZOO_FIRST)], background=False)
+    ZOO_BUILDS.append(first)
+    ZOO_BUILDS.append(start_zoo_build("stages", [sys.executable, *commands.pop("stages")], background=True))
     for line in first.process.stdout or ():
         say(f"[{first.name}] {line.decode(errors='replace').rstrip()}")
     if first.process.wait() != 0:
         stop_zoo_builds()
         pytest.exit(f"the zoo did not build for the {first.name} target: its lines are above", returncode=1)
     ZOO_BUILD_SECONDS.append(time.monotonic() - began)
+    for name, argv in commands.items():  # now: a niced build must never make a stage the first waits for
+        ZOO_BUILDS.append(start_zoo_build(name, [sys.executable, *argv], background=True))
     others = ", ".join(f"{b.name} ({b.log})" for b in ZOO_BUILDS if b.log is not None)
     say(f"{first.name} built in {ZOO_BUILD_SECONDS[0]:.0f} s; going on in the background: {others}")
     os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
@@ -391,8 +394,10 @@ def start_zoo_build(name: str, command: list[str], *, background: bool) -> ZooBu
         return ZooBuild(name, out, None)
     log = KEPT_LOGS / f"zoo-build-{name}.log"
     with log.open("wb") as sink:
-        nice = ["nice", "-n", "10", *command]
-        out = subprocess.Popen(nice, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        nice, env = ["nice", "-n", "10", *command], {**os.environ, "PYTHONUNBUFFERED": "1"}
+        out = subprocess.Popen(
+            nice, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return ZooBuild(name, out, log)
 
 
