@@ -27,6 +27,7 @@ from builder import shared_memory  # noqa: E402
 from builder.pipeline import build  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
+from builder.targets.writer import link  # noqa: E402
 from tests.engines import (  # noqa: E402
     ENGINE_GROUP,
     ENGINES_AT_ONCE,
@@ -81,8 +82,13 @@ def tiny_project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default zoo built for the local target (stages come from the test cache)."""
+    """The default zoo built for the local target (stages come from the test cache): the repository
+    --build-zoo-first's local build wrote, copied as the builder copies a built one, where there is
+    one (a build now would wait on the stage locks the background builds hold)."""
     repo = tmp_path_factory.mktemp("zoo") / "model_repository"
+    if ZOO_REPO_ENV in os.environ:
+        shutil.copytree(os.environ[ZOO_REPO_ENV], repo, symlinks=True, copy_function=link)
+        return repo
     opts = BuildOptions(
         ROOT / "models.yaml", repo, target="local", cache_dir=test_cache_dir(), log=lambda _: None
     )
@@ -344,19 +350,20 @@ class ZooBuild:
 
 # --build-zoo-first's background builds (the controller's), and how long the tests waited for it.
 ZOO_BUILDS: list[ZooBuild] = []
-ZOO_SCRATCH: list[Path] = []  # the repositories they write, never read
+ZOO_SCRATCH: list[Path] = []  # the repositories they write: ZOO_FIRST's is zoo_repo's
+ZOO_REPO_ENV = "TRITONFORGE_TEST_ZOO_REPO"
 ZOO_BUILD_SECONDS: list[float] = []
 
 
 def build_zoo_first(config: pytest.Config) -> None:
     """`tritonforge build` of models.yaml for each of ZOO_TARGETS with the tests' stage cache, and
-    the Dockerfile's stage venvs, each in a process of its own. The venvs (pip, one core) and
-    ZOO_FIRST start at once, and the tests when ZOO_FIRST is built, its lines shown as they come.
-    The other targets start then (a build at low priority must never make a stage the first waits
-    for), what only they make left. Those in the background run at nice 10, on the cores the first
-    build and then the tests leave idle; a test that needs what one of them is making waits for it
-    on its lock (the stage cache's, a venv's). Each writes its lines to .tritonforge/test-logs/;
-    the session's end waits for them and fails the run if one failed."""
+    the Dockerfile's stage venvs, each in a process of its own. The tests start when ZOO_FIRST is
+    built, its lines shown as they come (zoo_repo is its repository). The others start then, in the
+    background at nice 10, on the cores the tests leave idle: started with the first, a niced build
+    took stages the first then waited for, and pip beside the LLM's verification slowed it by a
+    third. A test that needs what one of them is making waits for it on its lock (the stage cache's,
+    a venv's). Each writes its lines to .tritonforge/test-logs/; the session's end waits for them
+    and fails the run if one failed."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
     cache = str(test_cache_dir())
@@ -372,7 +379,6 @@ def build_zoo_first(config: pytest.Config) -> None:
     KEPT_LOGS.mkdir(parents=True, exist_ok=True)
     first = start_zoo_build(ZOO_FIRST, [sys.executable, *commands.pop(ZOO_FIRST)], background=False)
     ZOO_BUILDS.append(first)
-    ZOO_BUILDS.append(start_zoo_build("stages", [sys.executable, *commands.pop("stages")], background=True))
     for line in first.process.stdout or ():
         say(f"[{first.name}] {line.decode(errors='replace').rstrip()}")
     if first.process.wait() != 0:
@@ -381,6 +387,7 @@ def build_zoo_first(config: pytest.Config) -> None:
     ZOO_BUILD_SECONDS.append(time.monotonic() - began)
     for name, argv in commands.items():  # now: a niced build must never make a stage the first waits for
         ZOO_BUILDS.append(start_zoo_build(name, [sys.executable, *argv], background=True))
+    os.environ[ZOO_REPO_ENV] = str(Path(scratch) / ZOO_FIRST)  # zoo_repo's, in the workers
     others = ", ".join(f"{b.name} ({b.log})" for b in ZOO_BUILDS if b.log is not None)
     say(f"{first.name} built in {ZOO_BUILD_SECONDS[0]:.0f} s; going on in the background: {others}")
     os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
