@@ -12,7 +12,6 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +81,8 @@ def tiny_project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default zoo built for the local target (stages come from the test cache): the repository
-    --build-zoo-first's local build wrote, copied as the builder copies a built one, where there is
-    one (a build now would wait on the stage locks the background builds hold)."""
+    """The default zoo built for the local target (stages come from the test cache): where
+    --build-zoo-first built it, that build's repository, copied as the builder copies a built one."""
     repo = tmp_path_factory.mktemp("zoo") / "model_repository"
     if ZOO_REPO_ENV in os.environ:
         shutil.copytree(os.environ[ZOO_REPO_ENV], repo, symlinks=True, copy_function=link)
@@ -198,7 +196,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    stop_zoo_builds()
+    stop_stage_venvs()
     if not hasattr(config, "workerinput") and GROUPS_ENV in os.environ:
         shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
 
@@ -334,102 +332,82 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         build_zoo_first(session.config)
 
 
-# What --build-zoo-first makes before the tests: models.yaml for each target the tests build it for
-# (golden configs, targets, Dockerfile stages), local first (the LLM's stages, the zoo every shared
-# server serves), and the Dockerfile's stage venvs.
-ZOO_FIRST = "local"
-ZOO_TARGETS = (ZOO_FIRST, "cpu", "gpu")
-
-
-@dataclass
-class ZooBuild:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path | None  # where a background one writes its lines
-
-
-# --build-zoo-first's background builds (the controller's), and how long the tests waited for it.
-ZOO_BUILDS: list[ZooBuild] = []
-ZOO_SCRATCH: list[Path] = []  # the repositories they write: ZOO_FIRST's is zoo_repo's
+# The targets the tests build models.yaml for (golden configs, targets, Dockerfile stages): local
+# first, whose stages the other two reuse, and whose repository is zoo_repo.
+ZOO_TARGETS = ("local", "cpu", "gpu")
 ZOO_REPO_ENV = "TRITONFORGE_TEST_ZOO_REPO"
-ZOO_BUILD_SECONDS: list[float] = []
+STAGE_VENVS_LOG = KEPT_LOGS / "stage-venvs.log"
+# --build-zoo-first's (the controller's): its scratch folder, the stage venvs' process, its time.
+_ZOO_SCRATCH: list[Path] = []
+_STAGE_VENVS: list[subprocess.Popen[bytes]] = []
+_ZOO_SECONDS: list[float] = []
 
 
 def build_zoo_first(config: pytest.Config) -> None:
     """`tritonforge build` of models.yaml for each of ZOO_TARGETS with the tests' stage cache, one
-    after another, each in a process of its own, its lines shown as they come; zoo_repo is
-    ZOO_FIRST's repository. The tests start then, and the Dockerfile's stage venvs are made in the
-    background at nice 10 (pip, on the cores the tests leave idle; the stage test waits for them on
-    their lock), its lines in .tritonforge/test-logs/; the session's end waits for it and fails
-    the run if it failed. Measured: started beside the local build, pip slowed its LLM
-    verification by a third; the cpu and gpu builds in the background made stages a test then
-    waited for or made again in its own process (7.6 GiB)."""
+    after another, each in a process of its own (this one stays small), its lines shown as they
+    come; zoo_repo is the local one's repository. The tests start then, while the Dockerfile's stage
+    venvs are made in the background (start_stage_venvs). Measured: pip beside the local build
+    slowed its LLM verification by a third; cpu and gpu builds in the background made stages a
+    test then waited for, or made again in its own process (7.6 GiB)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
-    cache = str(test_cache_dir())
-    say(f"building models.yaml's zoo into {cache} before the tests (--build-zoo-first)")
-    began, scratch = time.monotonic(), tempfile.mkdtemp(prefix="tritonforge-zoo-")
-    ZOO_SCRATCH.append(Path(scratch))
-    commands = {
-        target: ["-m", "builder.cli", "build", "--spec", str(ROOT / "models.yaml"), "--target", target,
-                 "--repo", str(Path(scratch) / target), "--cache", cache]
-        for target in ZOO_TARGETS
-    }  # fmt: skip
-    commands["stages"] = ["-m", "tests.integration.fixtures.docker_stages", cache]
-    KEPT_LOGS.mkdir(parents=True, exist_ok=True)
-    for target in ZOO_TARGETS:  # one after another: each reuses the stages of those before
-        build = start_zoo_build(target, [sys.executable, *commands.pop(target)], background=False)
-        ZOO_BUILDS.append(build)
-        for line in build.process.stdout or ():
-            say(f"[{target}] {line.decode(errors='replace').rstrip()}")
-        if build.process.wait() != 0:
-            stop_zoo_builds()
-            pytest.exit(f"the zoo did not build for the {target} target: its lines are above", returncode=1)
-    ZOO_BUILD_SECONDS.append(time.monotonic() - began)
-    ZOO_BUILDS.append(start_zoo_build("stages", [sys.executable, *commands.pop("stages")], background=True))
-    os.environ[ZOO_REPO_ENV] = str(Path(scratch) / ZOO_FIRST)  # zoo_repo's, in the workers
-    others = ", ".join(f"{b.name} ({b.log})" for b in ZOO_BUILDS if b.log is not None)
-    say(f"the zoo built in {ZOO_BUILD_SECONDS[0]:.0f} s; going on in the background: {others}")
+    say(f"building models.yaml's zoo into {test_cache_dir()} before the tests (--build-zoo-first)")
+    began, scratch = time.monotonic(), Path(tempfile.mkdtemp(prefix="tritonforge-zoo-"))
+    _ZOO_SCRATCH.append(scratch)
+    for target in ZOO_TARGETS:
+        build_target(target, scratch / target, say)
+    _ZOO_SECONDS.append(time.monotonic() - began)
+    start_stage_venvs()
+    say(f"the zoo built in {_ZOO_SECONDS[0]:.0f} s; stage venvs in the background: {STAGE_VENVS_LOG}")
+    os.environ[ZOO_REPO_ENV] = str(scratch / ZOO_TARGETS[0])  # zoo_repo's, in the workers
     os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
 
 
-def start_zoo_build(name: str, command: list[str], *, background: bool) -> ZooBuild:
-    """``command`` in the project's root: in the background at nice 10 writing to a log of its own,
-    else with its lines on a pipe."""
-    if not background:
-        out = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        return ZooBuild(name, out, None)
-    log = KEPT_LOGS / f"zoo-build-{name}.log"
-    with log.open("wb") as sink:
-        nice, env = ["nice", "-n", "10", *command], {**os.environ, "PYTHONUNBUFFERED": "1"}
-        out = subprocess.Popen(
-            nice, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    return ZooBuild(name, out, log)
+def build_target(target: str, repo: Path, say: Any) -> None:
+    """One `tritonforge build` into ``repo``; a build that fails ends the run (its lines were shown)."""
+    spec, cache = ROOT / "models.yaml", test_cache_dir()
+    command = [sys.executable, "-m", "builder.cli", "build", "--spec", str(spec), "--repo", str(repo),
+               "--target", target, "--cache", str(cache)]  # fmt: skip
+    out = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with out:
+        for line in out.stdout or ():
+            say(f"[{target}] {line.rstrip()}")
+    if out.returncode != 0:
+        pytest.exit(f"the zoo did not build ({' '.join(command)}: exit {out.returncode})", returncode=1)
 
 
-def finish_zoo_builds(session: pytest.Session) -> None:
-    """Wait for the background builds; one that failed fails the run, naming its log."""
-    waiting = [b for b in ZOO_BUILDS if b.process.poll() is None]
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if waiting and reporter is not None:
-        reporter.write_line(f"waiting for the zoo's background builds: {', '.join(b.name for b in waiting)}")
-    failed = [f"{b.name} (exit {b.process.wait()}, {b.log})" for b in ZOO_BUILDS if b.process.wait() != 0]
-    for scratch in ZOO_SCRATCH:
+def start_stage_venvs() -> None:
+    """The Dockerfile's stage venvs made in the tests' stage cache at nice 10, on the cores the tests
+    leave idle, in a session of its own; the stage test waits for them on their lock."""
+    KEPT_LOGS.mkdir(parents=True, exist_ok=True)
+    command = ["nice", "-n", "10", sys.executable, "-m", "tests.integration.fixtures.docker_stages",
+               str(test_cache_dir())]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with STAGE_VENVS_LOG.open("wb") as sink:
+        _STAGE_VENVS.append(subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        ))  # fmt: skip
+
+
+def finish_stage_venvs(session: pytest.Session) -> None:
+    """Wait for the stage venvs (the run fails, naming their log, if they failed) and remove the zoo's
+    scratch folder."""
+    for process in _STAGE_VENVS:
+        if process.wait() != 0:
+            _fail_run(
+                session, f"the Dockerfile's stage venvs failed (exit {process.returncode}): {STAGE_VENVS_LOG}"
+            )
+    for scratch in _ZOO_SCRATCH:
         shutil.rmtree(scratch, ignore_errors=True)
-    if failed:
-        _fail_run(session, "the zoo's background builds failed: " + "; ".join(failed))
 
 
-def stop_zoo_builds() -> None:
-    """Kill what is still building, its children too (a run that ends early: a failed first build,
-    an interrupt)."""
-    for b in ZOO_BUILDS:
-        if b.process.poll() is None:
-            if b.log is not None:
-                os.killpg(b.process.pid, signal.SIGKILL)  # its own session
-            b.process.kill()
-            b.process.wait()
+def stop_stage_venvs() -> None:
+    """Kill them, pip and all, where the run ends early (an interrupt)."""
+    for process in _STAGE_VENVS:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -437,7 +415,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     when it wrote, deleted or added anything git sees. That is checked when the tree was clean at
     the start (CI's fresh clone; a developer's tree with edits in progress is not)."""
     SHARED.stop_all()
-    finish_zoo_builds(session)
+    finish_stage_venvs(session)
     if _SHM_AT_START:
         shared_memory.remove_orphaned(shared_memory.shm_names() - _SHM_AT_START[0])
     if _SAMPLER:
@@ -487,8 +465,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         kept = KEPT_LOGS / "peak-memory.txt"
         kept.write_text("\n".join(breakdown(_PEAKS[0].at_peak)) + "\n")
         terminalreporter.write_line(f"{peak_line(_PEAKS[0])}; its largest processes: {kept}")
-    if ZOO_BUILD_SECONDS:
+    if _ZOO_SECONDS:
         terminalreporter.write_line(
-            f"the tests waited {ZOO_BUILD_SECONDS[0]:.0f} s for the zoo's builds (--build-zoo-first) "
+            f"the tests waited {_ZOO_SECONDS[0]:.0f} s for the zoo's builds (--build-zoo-first) "
             "before pytest's clock started: add it to the time below"
         )
