@@ -121,7 +121,9 @@ def quantize_int8(
         _load_in_ort(fp32_onnx, model.name, "fp32")
         source, per_channel, note = per_channel_ready(fp32_onnx, cal.per_channel, tmp)
         pre = _pre_process(source, tmp)
-        ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp)
+        _require_op_types(pre, cal, model.name)
+        # The tensors of the op types it quantizes, as quantize_static calibrates by itself.
+        ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
         cache = tmp / "ranges.json"
         save_tensors_data(ranges, cache)
         quantize_static(
@@ -178,7 +180,7 @@ def _tensorrt_table(
     """Calibrate every float tensor of the graph TensorRT parses, as it is (no pre-processing)."""
     work = tmp / "tensorrt"
     work.mkdir()
-    write_trt_table(_calibrate(graph, cal, samples, batch, work), out)
+    write_trt_table(_calibrate(graph, cal, samples, batch, work, None), out)
 
 
 def ranges_of(table: Path) -> dict[str, float]:
@@ -213,8 +215,14 @@ def _pre_process(fp32_onnx: Path, tmp: Path) -> Path:
 
 
 def _calibrate(
-    pre: Path, cal: Calibration, samples: dict[str, NDArray[Any]], batch: int, tmp: Path
+    pre: Path,
+    cal: Calibration,
+    samples: dict[str, NDArray[Any]],
+    batch: int,
+    tmp: Path,
+    op_types: list[str] | None,
 ) -> TensorsData:
+    """The ranges of the float tensors of ``op_types``' nodes (None: of every node)."""
     options: dict[str, object] = {"symmetric": True}
     if cal.method is SpecMethod.PERCENTILE:
         options["percentile"] = cal.percentile
@@ -223,7 +231,7 @@ def _calibrate(
         # a single candidate (the full range, i.e. minmax); TensorRT's calibrator uses 2048.
         options.update(num_bins=2048, num_quantized_bins=128)
     with quiet(tmp.parent / LOG_FILE):  # ORT's calibrators print progress of their own
-        return _collect(pre, cal, samples, batch, tmp, options)
+        return _collect(pre, cal, samples, batch, tmp, options, op_types)
 
 
 def _collect(
@@ -233,10 +241,11 @@ def _collect(
     batch: int,
     tmp: Path,
     options: dict[str, object],
+    op_types: list[str] | None,
 ) -> TensorsData:
     calibrator = create_calibrator(
         pre,
-        None,  # calibrate every float tensor, so the TensorRT table covers the whole graph
+        op_types,
         augmented_model_path=str(tmp / "augmented.onnx"),
         calibrate_method=_METHODS[cal.method],
         providers=["CPUExecutionProvider"],
@@ -265,6 +274,16 @@ def _excluded_nodes(model: ModelSpec, cal: Calibration, fp32_onnx: Path, pre: Pa
         )
     by_type = [n.name for n in graph_nodes if n.name and n.op_type in set(cal.exclude_op_types)]
     return [n for n in cal.exclude_nodes if n in names] + by_type
+
+
+def _require_op_types(pre: Path, cal: Calibration, model: str) -> None:
+    """A graph without a node of ``op_types`` would come out with its weights quantized at most."""
+    graph = onnx.load(str(pre), load_external_data=False).graph
+    if cal.op_types and not _has_op_in(graph, set(cal.op_types)):
+        raise ModelRefused(
+            f"model '{model}': int8: no QuantizeLinear/DequantizeLinear on activations: the graph has "
+            f"no node of calibration.op_types {cal.op_types}"
+        )
 
 
 def _check_static(path: Path, model: str, recipe: Int8Recipe) -> None:

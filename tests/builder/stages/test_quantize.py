@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ModelRefused, SpecError
 from builder.spec import ModelSpec
+from builder.stages import quantize
 from builder.stages.inputs import TENSORRT_INT8, Int8Recipe, cpu_has_vnni, int8_recipe
 from builder.stages.quantize import LOG_FILE, quantize_int8, quantize_int8_dynamic, tensorrt_qdq_problems
 
@@ -179,6 +180,25 @@ def test_excluded_nodes_stay_float(tmp_path: Path) -> None:
     assert "wf" in fc.input  # float weight, not a DequantizeLinear output
     assert "f" not in activation_quantizers(result.onnx)
     assert "r1" in activation_quantizers(result.onnx)
+
+
+def test_op_types_calibrate_only_their_tensors_to_the_same_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calibrating only the tensors of the op types quantized (quantize_static's own choice; the
+    zoo's MiniLM: 14 s instead of 24 s) gives the graph that every tensor's ranges give."""
+    fp32, data, model = conv_net(tmp_path / "fp32.onnx"), samples(), spec(op_types=["Conv"])
+    seen: list[list[str] | None] = []
+    collect = quantize._collect
+
+    def every_tensor(*args: Any) -> Any:
+        seen.append(args[-1])
+        return collect(*args[:-1], None)
+
+    narrow = quantize_int8(model, fp32, data, tmp_path / "narrow").onnx.read_bytes()
+    monkeypatch.setattr(quantize, "_collect", every_tensor)
+    assert quantize_int8(model, fp32, data, tmp_path / "every").onnx.read_bytes() == narrow
+    assert seen == [["Conv"]]
 
 
 def test_unknown_excluded_node_is_a_spec_error(tmp_path: Path) -> None:
