@@ -47,6 +47,7 @@ from builder.stages.inputs import (
     Fp16Inputs,
     Int8DynamicInputs,
     Int8Inputs,
+    Int8RangesInputs,
     Int8Recipe,
     ReferenceInputs,
     StageInputs,
@@ -256,14 +257,15 @@ def _graphs(
             _refuse(model, precision, out, ModelRefused(f"the graph is already quantized ({quantized})"))
             continue
         try:
-            variant = _variant(model, precision, fp32, check, ctx, target)
+            stages = _variant(model, precision, fp32, check, ctx, target)
         except ModelRefused as exc:  # onnxruntime.quantization and ORT refuse some graphs
             _refuse(model, precision, out, exc)
             continue
-        if variant is None:
+        if not stages:
             graphs[precision] = fp32
             continue
-        out.stages.append(variant)
+        out.stages += stages
+        variant = stages[-1]
         if variant.info.get("note"):
             ctx.log(f"[{model.name}] variant {precision.value}: {variant.info['note']}")
         graphs[precision] = variant.out / "model.onnx"
@@ -287,25 +289,27 @@ def _already_quantized(check: StageResult) -> str:
 
 def _variant(
     model: ModelSpec, precision: Precision, fp32: Path, check: StageResult, ctx: BuildContext, target: Target
-) -> StageResult | None:
+) -> tuple[StageResult, ...]:
+    """The stages that make the precision's graph, the one that writes it last (none for fp32)."""
     checked = _sha(check)
     if precision is Precision.FP16:
-        return _run(ctx, model, Fp16Inputs(checked_sha256=checked), lambda d: _fp16(fp32, d))
+        return (_run(ctx, model, Fp16Inputs(checked_sha256=checked), lambda d: _fp16(fp32, d)),)
     if precision is Precision.INT8:
         assert model.calibration is not None  # the spec requires it for int8
-        calibrated = data_fingerprint(model.calibration, ctx.spec_dir)
+        ranges_in = Int8RangesInputs(
+            checked_sha256=checked, calibration=model.calibration,
+            data=data_fingerprint(model.calibration, ctx.spec_dir), opset=_opset_conversion(check),
+        )  # fmt: skip
+        ranges = _run(ctx, model, ranges_in, lambda d: _int8_ranges(model, ctx, fp32, d))
         recipe = int8_recipe(target.builds_engines, model)
-        fields = recipe.fields() | _opset_conversion(check)
-        inputs = Int8Inputs(
-            checked_sha256=checked, calibration=model.calibration, data=calibrated, recipe=fields
-        )
-        return _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, recipe, d))
+        inputs = Int8Inputs(ranges_key=ranges.key, recipe=recipe.fields())
+        return ranges, _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, ranges, recipe, d))
     if precision is Precision.INT8_DYNAMIC:
         smooth = model.int8_dynamic.smooth
         data = data_fingerprint(model.calibration, ctx.spec_dir) if smooth and model.calibration else None
         dyn = Int8DynamicInputs(checked_sha256=checked, options=model.int8_dynamic, data=data)
-        return _run(ctx, model, dyn, lambda d: _int8_dynamic(model, ctx, fp32, d))
-    return None
+        return (_run(ctx, model, dyn, lambda d: _int8_dynamic(model, ctx, fp32, d)),)
+    return ()
 
 
 def _opset_conversion(check: StageResult) -> dict[str, bool]:
@@ -381,17 +385,31 @@ def _fp16(fp32: Path, out: Path) -> Info:
     return _artifact(convert_fp16(fp32, out / "model.onnx"))
 
 
-def _int8(model: ModelSpec, ctx: BuildContext, fp32: Path, recipe: Int8Recipe, out: Path) -> Info:
-    from builder.stages.quantize import quantize_int8
+def _int8_ranges(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> Info:
+    """The (smoothed) graph ready for quantize_static and its calibration, for every recipe."""
+    from builder.stages.quantize import calibrate_int8
 
     assert model.calibration is not None
     samples = _calibration_samples(model, ctx)
     source = _smoothed(fp32, model.calibration.smooth, samples, out)
-    result = quantize_int8(model, source, samples, out, recipe, tensorrt_graph=fp32)
+    calibrated = calibrate_int8(model, source, samples, out)
+    (out / "smoothed.onnx").unlink(missing_ok=True)
+    return calibrated.to_info() | {"smoothed": source != fp32}
+
+
+def _int8(
+    model: ModelSpec, ctx: BuildContext, fp32: Path, ranges: StageResult, recipe: Int8Recipe, out: Path
+) -> Info:
+    from builder.stages.quantize import Calibrated, quantize_calibrated
+
+    # A smoothed source is not the graph TensorRT parses (fp32): its table is calibrated apart.
+    source = ranges.out / "smoothed.onnx" if ranges.info["smoothed"] else fp32
+    calibrated = Calibrated.read(ranges.out, source, ranges.info)
+    samples = _calibration_samples(model, ctx) if recipe.calibration_table else None
+    result = quantize_calibrated(model, calibrated, out, recipe, samples=samples, tensorrt_graph=fp32)
     _settle(result.onnx, out / "model.onnx")
     if result.calibration_table is not None:
         _settle(result.calibration_table, out / "calibration.cache")
-    (out / "smoothed.onnx").unlink(missing_ok=True)
     return _artifact(out / "model.onnx") | ({"note": result.note} if result.note else {})
 
 

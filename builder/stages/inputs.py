@@ -168,13 +168,28 @@ def cpu_has_native_bf16() -> bool:
     return bool(set(BF16_FLAGS) & cpu_flags())
 
 
-class Int8Inputs(StageInputs):
-    STAGE = "int8"
+class Int8RangesInputs(StageInputs):
+    """The calibration static INT8 is made from, shared by every target's recipe."""
+
+    STAGE = "int8-ranges"
     TOOLS = ("onnx", "onnxruntime", "numpy")
-    CODE = ("builder.data", "builder.stages.quantize", "builder.stages.smoothing", "builder.pipeline:_int8")
+    CODE = (
+        "builder.data",
+        "builder.stages.quantize",
+        "builder.stages.smoothing",
+        "builder.pipeline:_int8_ranges",
+    )
     checked_sha256: str
     calibration: Calibration
     data: str  # fingerprint of the calibration data and its reader
+    opset: dict[str, bool]  # where the checked graph is below opset 13 (converted, or per tensor)
+
+
+class Int8Inputs(StageInputs):
+    STAGE = "int8"
+    TOOLS = ("onnx", "onnxruntime", "numpy")
+    CODE = ("builder.data", "builder.stages.quantize", "builder.pipeline:_int8")
+    ranges_key: str
     recipe: dict[str, bool]
 
 

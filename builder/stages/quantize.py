@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx
@@ -101,6 +101,106 @@ def calibration_batch(model: ModelSpec) -> int:
     return min(model.max_batch_size, CALIBRATION_BATCH_CAP)
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """What static INT8 is made from, the same for every target's recipe: the graph ready for
+    quantize_static and its activations' ranges (ONNX Runtime's calibration cache)."""
+
+    graph: Path
+    ranges: Path
+    source: Path  # the graph calibrated (smoothed or not), as it was given
+    per_channel: bool
+    exclude: tuple[str, ...]  # the nodes left in float
+    note: str | None = None  # how a graph below opset 13 was quantized
+
+    GRAPH: ClassVar[str] = "calibrated.onnx"
+    RANGES: ClassVar[str] = "ranges.json"
+
+    def to_info(self) -> dict[str, object]:
+        """What a stage records of it, beside its two files (:meth:`read`)."""
+        info: dict[str, object] = {"per_channel": self.per_channel, "exclude": list(self.exclude)}
+        return info | ({"note": self.note} if self.note else {})
+
+    @classmethod
+    def read(cls, folder: Path, source: Path, info: Mapping[str, object]) -> Calibrated:
+        exclude, note = info["exclude"], info.get("note")
+        assert isinstance(exclude, list), info
+        return cls(
+            folder / cls.GRAPH, folder / cls.RANGES, source, bool(info["per_channel"]),
+            tuple(str(n) for n in exclude), str(note) if note else None,
+        )  # fmt: skip
+
+
+def calibrate_int8(
+    model: ModelSpec, fp32_onnx: Path, samples: dict[str, NDArray[Any]], out_dir: Path
+) -> Calibrated:
+    """The graph to quantize (opset ready, pre-processed) and the ranges of the tensors of the op
+    types it quantizes (all where the spec names none), as quantize_static calibrates by itself,
+    into ``out_dir``."""
+    cal = _calibration(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="calib.", dir=out_dir) as tmp_name:
+        tmp = Path(tmp_name)
+        _load_in_ort(fp32_onnx, model.name, "fp32")
+        source, per_channel, note = per_channel_ready(fp32_onnx, cal.per_channel, tmp)
+        pre = _pre_process(source, tmp)
+        exclude = _excluded_nodes(model, cal, fp32_onnx, pre)
+        _require_op_types(pre, cal, model.name)
+        ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
+        save_tensors_data(ranges, tmp / Calibrated.RANGES)
+        os.replace(tmp / Calibrated.RANGES, out_dir / Calibrated.RANGES)
+        os.replace(pre, out_dir / Calibrated.GRAPH)
+    return Calibrated(
+        out_dir / Calibrated.GRAPH, out_dir / Calibrated.RANGES, fp32_onnx, per_channel, tuple(exclude), note
+    )
+
+
+def quantize_calibrated(
+    model: ModelSpec,
+    calibrated: Calibrated,
+    out_dir: Path,
+    recipe: Int8Recipe = ONNX_RUNTIME_INT8,
+    *,
+    samples: dict[str, NDArray[Any]] | None = None,
+    tensorrt_graph: Path | None = None,
+) -> QuantizeResult:
+    """Static INT8 with symmetric explicit Q/DQ by ``recipe``; with ``recipe.calibration_table``
+    also TensorRT's calibration table for ``tensorrt_graph`` (default: the calibrated source),
+    calibrated on ``samples``."""
+    cal = _calibration(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out, table = out_dir / "int8.onnx", out_dir / "int8.calibration.cache"
+    with tempfile.TemporaryDirectory(prefix="quant.", dir=out_dir) as tmp_name:
+        tmp = Path(tmp_name)
+        quantize_static(
+            str(calibrated.graph),
+            str(tmp / "int8.onnx"),
+            calibration_data_reader=None,  # ranges come from the cache: one calibration pass
+            quant_format=QuantFormat.QDQ,
+            per_channel=calibrated.per_channel,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            reduce_range=recipe.reduce_range,
+            nodes_to_exclude=list(calibrated.exclude),
+            op_types_to_quantize=cal.op_types or None,
+            calibrate_method=_METHODS[cal.method],
+            extra_options={**_SYMMETRIC, "QuantizeBias": recipe.quantize_bias},
+            calibration_cache_path=str(calibrated.ranges),
+        )
+        _check_static(tmp / "int8.onnx", model.name, recipe)
+        if recipe.calibration_table:
+            assert samples is not None, "TensorRT's table is calibrated on the samples"
+            graph = tensorrt_graph or calibrated.source
+            _tensorrt_table(graph, cal, samples, calibration_batch(model), tmp, tmp / "table")
+            if graph.resolve() == calibrated.source.resolve():
+                # Same graph: the tensors both quantize keep the Q/DQ model's scales (after
+                # ORT's range adjustments), so implicit and explicit INT8 agree.
+                write_trt_table(ranges_of(tmp / "table"), tmp / "table", activation_scales(tmp / "int8.onnx"))
+            os.replace(tmp / "table", table)
+        os.replace(tmp / "int8.onnx", out)
+    return QuantizeResult(out, table if recipe.calibration_table else None, calibrated.note)
+
+
 def quantize_int8(
     model: ModelSpec,
     fp32_onnx: Path,
@@ -109,49 +209,21 @@ def quantize_int8(
     recipe: Int8Recipe = ONNX_RUNTIME_INT8,
     tensorrt_graph: Path | None = None,
 ) -> QuantizeResult:
-    """Static INT8 with symmetric explicit Q/DQ from ``fp32_onnx``; with ``recipe.calibration_table``
-    also TensorRT's calibration table for ``tensorrt_graph`` (default: ``fp32_onnx``)."""
-    cal = model.calibration
-    if cal is None:
-        raise SpecError("int8 needs calibration data", model=model.name, field="calibration")
+    """Calibrated (:func:`calibrate_int8`) and quantized (:func:`quantize_calibrated`) at once;
+    nothing of the calibration is left in ``out_dir``."""
+    _calibration(model)
     out_dir.mkdir(parents=True, exist_ok=True)
-    out, table = out_dir / "int8.onnx", out_dir / "int8.calibration.cache"
-    with tempfile.TemporaryDirectory(prefix="quant.", dir=out_dir) as tmp_name:
-        tmp = Path(tmp_name)
-        _load_in_ort(fp32_onnx, model.name, "fp32")
-        source, per_channel, note = per_channel_ready(fp32_onnx, cal.per_channel, tmp)
-        pre = _pre_process(source, tmp)
-        _require_op_types(pre, cal, model.name)
-        # The tensors of the op types it quantizes, as quantize_static calibrates by itself.
-        ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
-        cache = tmp / "ranges.json"
-        save_tensors_data(ranges, cache)
-        quantize_static(
-            str(pre),
-            str(tmp / "int8.onnx"),
-            calibration_data_reader=None,  # ranges come from the cache: one calibration pass
-            quant_format=QuantFormat.QDQ,
-            per_channel=per_channel,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            reduce_range=recipe.reduce_range,
-            nodes_to_exclude=_excluded_nodes(model, cal, fp32_onnx, pre),
-            op_types_to_quantize=cal.op_types or None,
-            calibrate_method=_METHODS[cal.method],
-            extra_options={**_SYMMETRIC, "QuantizeBias": recipe.quantize_bias},
-            calibration_cache_path=str(cache),
+    with tempfile.TemporaryDirectory(prefix="calibrated.", dir=out_dir) as tmp_name:
+        calibrated = calibrate_int8(model, fp32_onnx, samples, Path(tmp_name))
+        return quantize_calibrated(
+            model, calibrated, out_dir, recipe, samples=samples, tensorrt_graph=tensorrt_graph
         )
-        _check_static(tmp / "int8.onnx", model.name, recipe)
-        if recipe.calibration_table:
-            graph = tensorrt_graph or fp32_onnx
-            _tensorrt_table(graph, cal, samples, calibration_batch(model), tmp, tmp / "table")
-            if graph.resolve() == fp32_onnx.resolve():
-                # Same graph: the tensors both quantize keep the Q/DQ model's scales (after
-                # ORT's range adjustments), so implicit and explicit INT8 agree.
-                write_trt_table(ranges_of(tmp / "table"), tmp / "table", activation_scales(tmp / "int8.onnx"))
-            os.replace(tmp / "table", table)
-        os.replace(tmp / "int8.onnx", out)
-    return QuantizeResult(out, table if recipe.calibration_table else None, note)
+
+
+def _calibration(model: ModelSpec) -> Calibration:
+    if model.calibration is None:
+        raise SpecError("int8 needs calibration data", model=model.name, field="calibration")
+    return model.calibration
 
 
 def per_channel_ready(fp32_onnx: Path, per_channel: bool, tmp: Path) -> tuple[Path, bool, str | None]:

@@ -16,12 +16,12 @@ from tests.conftest import tree_digest
 pytestmark = pytest.mark.slow
 
 
-def run(project: Path, lines: list[str] | None = None) -> BuildResult:
+def run(project: Path, lines: list[str] | None = None, target: str = "local") -> BuildResult:
     return build(
         BuildOptions(
             spec_file=project / "models.yaml",
-            repo=project / "model_repository",
-            target="local",
+            repo=project / f"model_repository{'' if target == 'local' else '-' + target}",
+            target=target,
             log=(lines.append if lines is not None else lambda _: None),
         )
     )
@@ -37,6 +37,15 @@ def test_second_build_skips_every_stage_and_publish(tiny_project: Path) -> None:
     assert all(stage.skipped for b in second.models for stage in b.stages)
     assert any("up to date, skipped" in line for line in lines)
     assert tree_digest(tiny_project / "model_repository") == digest
+
+
+def test_a_second_targets_int8_is_quantized_from_the_first_ones_calibration(tiny_project: Path) -> None:
+    """The gpu target's recipe (TensorRT's: float biases) differs from local's, its calibration
+    does not: it runs once."""
+    first = {s.name: s for b in run(tiny_project).models for s in b.stages}
+    gpu = {s.name: s for b in run(tiny_project, target="gpu").models for s in b.stages}
+    assert gpu["int8-ranges"].skipped and gpu["int8-ranges"].key == first["int8-ranges"].key
+    assert not gpu["int8"].skipped and gpu["int8"].info["sha256"] != first["int8"].info["sha256"]
 
 
 def test_a_changed_tolerance_reruns_only_verification(tiny_project: Path) -> None:

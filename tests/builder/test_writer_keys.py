@@ -41,9 +41,12 @@ def test_editing_a_writer_republishes_and_reruns_no_stage(tiny_project: Path, ed
 
 def test_editing_a_stage_body_in_the_pipeline_reruns_that_stage(tiny_project: Path, edits: CodeEdits) -> None:
     run(tiny_project)
-    body = "    from builder.stages.quantize import quantize_int8\n"
+    body = "    from builder.stages.quantize import Calibrated, quantize_calibrated\n"
     edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
     assert run(tiny_project)[0] == ["int8"]  # the same graph: nothing after it reruns
+    body = "    from builder.stages.quantize import calibrate_int8\n"
+    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    assert run(tiny_project)[0] == ["int8-ranges", "int8"]  # the same ranges: the same graph
     body = '    """Evaluation inputs and the source model\'s outputs on them (the verification truth)."""\n'
     edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
     reference, *verified = run(tiny_project)[0]  # every verification reads the reference
