@@ -42,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -332,10 +333,23 @@ def batched(before: tuple[int, int], after: tuple[int, int], batches: bool) -> d
 def infer_concurrently(
     base: str, model: str, inputs: dict[str, np.ndarray], outputs: list[Any]
 ) -> dict[str, np.ndarray]:
+    """One sample a request, every request made before any is sent, then sent at once by up to
+    32 threads (the first of each at a barrier), so the dynamic batcher finds them waiting rather
+    than one request at a time from threads still starting."""
     count = len(next(iter(inputs.values())))
-    one = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(count)]
-    with ThreadPoolExecutor(max_workers=min(32, count)) as pool:
-        answers = list(pool.map(lambda feed: infer(base, model, feed, outputs), one))
+    requests = [encode({k: v[i : i + 1] for k, v in inputs.items()}, outputs) for i in range(count)]
+    lanes = min(32, count)
+    together = threading.Barrier(lanes)
+    answers: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
+
+    def lane(first: int) -> None:
+        together.wait(timeout=120)
+        for i in range(first, count, lanes):
+            answers[i] = send(base, model, requests[i])
+
+    with ThreadPoolExecutor(max_workers=lanes) as pool:
+        for done in [pool.submit(lane, j) for j in range(lanes)]:
+            done.result()
     return join(answers, batched=True)
 
 
@@ -361,6 +375,11 @@ class UnsupportedInput(Exception):
 
 def infer(base: str, model: str, feed: dict[str, np.ndarray], outputs: list[Any]) -> dict[str, np.ndarray]:
     """One request with the binary tensor extension (the data is not turned into JSON numbers)."""
+    return send(base, model, encode(feed, outputs))
+
+
+def encode(feed: dict[str, np.ndarray], outputs: list[Any]) -> tuple[bytes, bytes]:
+    """A request's JSON header and whole body."""
     header: dict[str, Any] = {"inputs": [], "outputs": []}
     blobs = []
     for name, value in feed.items():
@@ -379,9 +398,14 @@ def infer(base: str, model: str, feed: dict[str, np.ndarray], outputs: list[Any]
         blobs.append(blob)
     header["outputs"] = [{"name": o.name, "parameters": {"binary_data": True}} for o in outputs]
     head = json.dumps(header).encode()
+    return head, head + b"".join(blobs)
+
+
+def send(base: str, model: str, request_bytes: tuple[bytes, bytes]) -> dict[str, np.ndarray]:
+    head, data = request_bytes
     request = urllib.request.Request(
         f"{base}/models/{model}/infer",
-        data=head + b"".join(blobs),
+        data=data,
         headers={
             "Content-Type": "application/octet-stream",
             "Inference-Header-Content-Length": str(len(head)),

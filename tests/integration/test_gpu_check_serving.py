@@ -61,7 +61,9 @@ def test_the_served_answers_match_the_reference_at_every_batch_and_dynamically(
     base = f"{triton.http_url}/v2"
     result = tool.check_served(base, resnet18_check(tool, zoo_repo), time.monotonic() + 300)
     assert list(result["runs"]) == ["batch 8", "batch 32", "dynamic batching"]
-    assert result["ok"], result
+    assert result["ok"], {
+        label: {k: v for k, v in run.items() if k != "metrics"} for label, run in result["runs"].items()
+    }
     assert result["profiles"] == [0]
     batching = result["runs"]["dynamic batching"]["batching"]  # Triton ran fewer executions
     assert batching["ok"] and batching["execution_count"] < batching["inference_count"], batching

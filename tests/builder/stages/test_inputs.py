@@ -87,7 +87,7 @@ def test_changed_inputs_rerun_exactly_their_stages(
     (tiny_project / "tinyhelper.py").write_text("SEED = 0  # edited\n")
     ran = run(tiny_project)
     assert {"export", "reference"} <= ran
-    downstream = {"check", "fp16", "int8"}
+    downstream = {"check", "fp16", "int8-ranges", "int8"}
     assert not downstream & ran, "the export's bytes did not change, so nothing after it re-runs"
 
     # New evaluation data: the reference and every verification, nothing else.
@@ -102,10 +102,10 @@ def test_changed_inputs_rerun_exactly_their_stages(
     }
     assert run(tiny_project) == {"reference"} | verifications
 
-    # New calibration data: INT8 and its verification on each runtime only.
+    # New calibration data: INT8 (its calibration, its graph) and its verification on each runtime only.
     np.savez(tiny_project / "data" / "calib.npz", x=rng.normal(size=(64, 16)).astype(np.float32))
     ran = run(tiny_project)
-    assert "int8" in ran and ran <= {"int8", "verify-int8", "verify-int8_openvino"}
+    assert {"int8-ranges", "int8"} <= ran <= {"int8-ranges", "int8", "verify-int8", "verify-int8_openvino"}
 
     # A new onnxconverter-common: the FP16 conversion (and its check if its bytes changed).
     real = inputs.tool_version
