@@ -33,7 +33,7 @@ from builder.records import EngineSummary, Log
 from builder.repository import MANIFEST
 from builder.spec import ModelSpec, Precision, Spec, Variant
 from builder.stages.inputs import CheckInputs, Fp16Inputs, Int8Inputs, ReferenceInputs
-from builder.targets.writer import link
+from builder.targets.writer import link, link_tree
 
 Json = dict[str, Any]  # manifest.json as json.loads reads it
 # The stage that holds each precision's ONNX (fp32 is the checked graph).
@@ -158,10 +158,9 @@ def install(built: BuiltRepository, summary: EngineSummary, built_models: list[s
     try:
         if inside:
             for name in built_models:
-                shutil.copytree(built.path / name, staging / name, copy_function=link)
+                link_tree(built.path / name, staging / name)
         else:
-            shutil.copytree(built.path, staging, copy_function=link, dirs_exist_ok=True)
-            (staging / MANIFEST).unlink()  # a link to the published one: never written through
+            link_tree(built.path, staging, rewritten=MANIFEST)
         manifest = _replace_plans(built, summary, built_models, staging)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
         if inside:

@@ -29,9 +29,16 @@ def write_entry(entry: ModelEntry, root: Path) -> Path:
 
 
 def link(src: str | Path, dst: str | Path) -> None:
-    """Hard-link cache artifacts into the repository (they are immutable); copy across devices.
-    Also ``shutil.copytree``'s ``copy_function`` where a built repository is copied (tune, plans)."""
+    """Hard-link cache artifacts into the repository (they are immutable); copy across devices."""
     try:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def link_tree(src: Path, dst: Path, *, rewritten: str | None = None) -> None:
+    """A built repository (or a model of it) copied by hard links (tune, plans); ``rewritten``, a
+    file the caller writes anew, is left out so that nothing is written through a link."""
+    shutil.copytree(src, dst, copy_function=link, dirs_exist_ok=True)
+    if rewritten is not None:
+        (dst / rewritten).unlink()

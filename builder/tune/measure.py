@@ -23,7 +23,7 @@ from builder.records import BuildOptions, VerificationReport
 from builder.server import TritonServer
 from builder.spec import ModelSpec, Spec, Variant
 from builder.targets import served_here
-from builder.targets.writer import link
+from builder.targets.writer import link_tree
 from builder.tune.candidates import Candidate, apply
 from builder.tune.search import Point
 from clients.perf import run_perf
@@ -56,8 +56,7 @@ def scratch_copy(built: Path, name: str, scratch: Path) -> Path:
     dst = scratch / name
     if dst.exists():
         shutil.rmtree(dst)
-    shutil.copytree(built / name, dst, copy_function=link)
-    (dst / "config.pbtxt").unlink()  # replaced, never written through the hard link
+    link_tree(built / name, dst, rewritten="config.pbtxt")
     return dst
 
 

@@ -150,7 +150,7 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
                 model(d).update(serve={"local": "int8"}),
             ),
         ),
-        ("models.yaml", "model 'tiny'", "serve.local", "min_cosine"),
+        ("models.yaml", "model 'tiny'", "serve.local", "no variant named for target 'local'", "min_cosine"),
     ),
 }
 
