@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ from builder import shared_memory  # noqa: E402
 from builder.pipeline import build  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
-from builder.targets.writer import link  # noqa: E402
+from builder.targets.writer import link_tree  # noqa: E402
 from tests.engines import (  # noqa: E402
     ENGINE_GROUP,
     ENGINES_AT_ONCE,
@@ -51,6 +52,13 @@ ZOO_START_TIMEOUT = 600  # the zoo's LLM: vLLM starts its engine in 20 s idle, m
 def test_cache_dir() -> Path:
     """The stage cache tests build the zoo with: never the developer's own ``.tritonforge/cache``."""
     return Path(os.environ.get("TRITONFORGE_TEST_CACHE", ROOT / ".tritonforge" / "test-cache"))
+
+
+def built_stage(repo: Path, model: str, stage: str) -> Path:
+    """The folder in the tests' stage cache of the stage that built ``model`` into ``repo``, by the
+    key its manifest records (the cache keeps older entries of each stage too)."""
+    key = json.loads((repo / "manifest.json").read_text())["models"][model]["stages"][stage]["key"]
+    return test_cache_dir() / model / stage / key
 
 
 test_cache_dir.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
@@ -85,7 +93,7 @@ def zoo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     --build-zoo-first built it, that build's repository, copied as the builder copies a built one."""
     repo = tmp_path_factory.mktemp("zoo") / "model_repository"
     if ZOO_REPO_ENV in os.environ:
-        shutil.copytree(os.environ[ZOO_REPO_ENV], repo, symlinks=True, copy_function=link)
+        link_tree(Path(os.environ[ZOO_REPO_ENV]), repo)
         return repo
     opts = BuildOptions(
         ROOT / "models.yaml", repo, target="local", cache_dir=test_cache_dir(), log=lambda _: None

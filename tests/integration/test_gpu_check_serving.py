@@ -17,7 +17,7 @@ from builder.engines.profiles import profile_shapes
 from builder.engines.trt_runner import verification_batches
 from builder.server import TritonServer
 from builder.spec import Variant, load_spec
-from tests.conftest import test_cache_dir
+from tests.conftest import built_stage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,8 +36,7 @@ def load_tool() -> Any:
 def resnet18_check(tool: Any, zoo_repo: Path, negate: bool = False) -> Any:
     model = load_spec(ROOT / "models.yaml").model("resnet18")
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["resnet18"]
-    key = entry["stages"]["reference"]["key"]  # the zoo's own: the test cache keeps older ones too
-    ref = test_cache_dir() / "resnet18" / "reference" / key / "inputs.npz"
+    ref = built_stage(zoo_repo, "resnet18", "reference") / "inputs.npz"
     with np.load(ref) as i, np.load(ref.with_name("reference.npz")) as r:
         inputs, reference = {k: i[k] for k in i.files}, {k: (-r[k] if negate else r[k]) for k in r.files}
     served = entry["served"]

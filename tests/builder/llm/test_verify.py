@@ -14,7 +14,7 @@ from builder.llm.verify import PromptCheck, _report
 from builder.llm.vllm_greedy import GreedyResult
 from builder.spec.llm import LLMDType, LLMTolerance
 from tests.builder.llm.needs import NEEDS_GGUF, NEEDS_VLLM
-from tests.conftest import test_cache_dir
+from tests.conftest import built_stage
 
 ROOT = Path(__file__).parents[3]
 PROMPTS = ROOT / "calibration" / "smollm2"
@@ -113,8 +113,7 @@ def test_vllm_agrees_with_transformers_on_smollm2(zoo_repo: Path) -> None:
     """The zoo build's own verification of its LLM, read from its stage: each candidate dtype's vLLM
     engine in a process of its own against transformers on the packaged GGUF (the tests' zoo build
     ran it; test_llm_lora runs an explicit dtype's)."""
-    entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["smollm2"]
-    stage = test_cache_dir() / "smollm2" / "llm-verify" / entry["stages"]["llm-verify"]["key"]
+    stage = built_stage(zoo_repo, "smollm2", "llm-verify")
     report = json.loads((stage / "stage.json").read_text())["info"]
     assert len(report["prompts"]) == 8 and report["passed"], report["failures"]
     # "What is the capital of France?": the source model (transformers, float32) says Paris. The
