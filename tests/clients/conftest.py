@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from builder.server import TritonServer
+from tests.clients.held import HeldServer, start_held
+from tests.integration.fixtures.reliability_repo import reliability_repo
 
 
 @pytest.fixture
@@ -40,3 +42,11 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def url(triton: Any, protocol: str) -> str:
     return str(triton.grpc_url if protocol == "grpc" else triton.http_url)
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeldServer]:
+    """A private server whose ``held`` model answers only when the test lets it (tests/clients/held.py)."""
+    server = start_held(reliability_repo(tmp_path_factory))
+    yield server
+    server.server.stop(timeout=5)

@@ -12,6 +12,8 @@ from tritonclient.utils import InferenceServerException
 
 from clients import NO_RETRY, AsyncClient, InferenceTimeout, InvalidInput
 from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
+from tests.clients.held import MODEL as HELD
+from tests.clients.held import HeldServer, held_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -93,15 +95,14 @@ def test_metadata_and_config(url: str, protocol: str) -> None:
     run(go())
 
 
-def test_timeout_fires_after_the_request_is_sent(url: str, protocol: str) -> None:
-    """A model that cannot answer within the deadline: the request goes out and the client's wait
+def test_timeout_fires_after_the_request_is_sent(held: HeldServer, protocol: str) -> None:
+    """A request the server holds past the deadline: the request goes out and the client's wait
     for it (not the budget check before sending) raises InferenceTimeout."""
-    images = {"input": np.zeros((32, 3, 224, 224), np.float32)}  # a full batch takes well over 50 ms
     sent: list[str] = []
 
     async def go() -> InferenceTimeout:
-        async with AsyncClient(url, protocol, retry_policy=NO_RETRY) as c:
-            await c.model("resnet18")
+        async with AsyncClient(held.url(protocol), protocol, retry_policy=NO_RETRY) as c:
+            await c.model(HELD)
             infer = c.triton.infer
 
             def spy(model: str, *args: Any, **kwargs: Any) -> Any:
@@ -109,16 +110,16 @@ def test_timeout_fires_after_the_request_is_sent(url: str, protocol: str) -> Non
                 return infer(model, *args, **kwargs)
 
             c.triton.infer = spy
-            with pytest.raises(InferenceTimeout) as info:
+            with held.shut(), pytest.raises(InferenceTimeout) as info:
                 # shm=False: the server may still read a region after the client gave up on it
-                await c.infer("resnet18", images, timeout=0.05, shm=False)
+                await c.infer(HELD, held_inputs(), timeout=0.05, shm=False)
             # the client stays usable after a timeout
-            out = await c.infer("simple", simple_inputs(1))
-            np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(1))["OUTPUT0"])
+            out = await c.infer(HELD, held_inputs())
+            np.testing.assert_array_equal(out["Y"], held_inputs()["X"])
             return info.value
 
     error = run(go())
-    assert sent == ["resnet18", "simple"], "the timed-out request was not sent"
+    assert sent == [HELD, HELD], "the timed-out request was not sent"
     assert "budget exhausted" not in str(error)
     # The deadline fired while the answer was awaited (an answer that came would have been
     # returned, not timed out after the fact): asyncio.wait_for's, or gRPC's own.

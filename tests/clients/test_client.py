@@ -10,6 +10,8 @@ import pytest
 
 from clients import NO_RETRY, Client, InferenceTimeout, InvalidInput, ModelNotFound
 from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
+from tests.clients.held import MODEL as HELD
+from tests.clients.held import HeldServer, held_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -94,16 +96,13 @@ def test_unknown_model(client: Client) -> None:
         client.infer("nope", {})
 
 
-def test_timeout_is_typed(url: str, protocol: str) -> None:
-    with Client(url, protocol, retry_policy=NO_RETRY) as c:
-        c.model("resnet18")
-        # A microsecond: no server answers four images in it (1 ms did on an AMX host's int8 OpenVINO)
-        with pytest.raises(InferenceTimeout):
-            c.infer("resnet18", {"input": np.zeros((4, 3, 224, 224), np.float32)}, timeout=1e-6)
+def test_timeout_is_typed(held: HeldServer, protocol: str) -> None:
+    with Client(held.url(protocol), protocol, retry_policy=NO_RETRY) as c:
+        c.model(HELD)
+        with held.shut(), pytest.raises(InferenceTimeout):
+            c.infer(HELD, held_inputs(), timeout=0.05)
         # the client stays usable after a timeout
-        np.testing.assert_array_equal(
-            c.infer("simple", simple_inputs(1))["OUTPUT0"], expected(simple_inputs(1))["OUTPUT0"]
-        )
+        np.testing.assert_array_equal(c.infer(HELD, held_inputs())["Y"], held_inputs()["X"])
 
 
 def test_health_metadata_config(client: Client) -> None:
@@ -129,17 +128,20 @@ def test_infer_many_in_order(client: Client, triton: Any) -> None:
     assert_no_regions(triton)
 
 
-def test_regions_of_a_timed_out_request_are_released_later(url: str, protocol: str, triton: Any) -> None:
+def test_regions_of_a_timed_out_request_are_released_later(held: HeldServer, protocol: str) -> None:
     """The server refuses to unregister regions a request still uses: the client unregisters them at
     a later request, once the server has let go of them."""
-    with Client(url, protocol, retry_policy=NO_RETRY) as c:
-        c.model("resnet18")
-        with pytest.raises(InferenceTimeout):
-            c.infer("resnet18", {"input": np.zeros((32, 3, 224, 224), np.float32)}, timeout=0.05, shm=True)
-        assert len(c._pending) == 2  # the input and output regions, still in use by the server
+    with Client(held.url(protocol), protocol, retry_policy=NO_RETRY) as c:
+        c.model(HELD)
+        with held.shut():
+            with pytest.raises(InferenceTimeout):
+                c.infer(HELD, held_inputs(), timeout=0.05, shm=True)
+            assert len(c._pending) == 2  # the input and output regions, still in use by the server
+        # The gate is open: the held request is answered, and the server lets go of its regions
+        # just after that response, so the next requests find them free (within a few).
         end = time.monotonic() + 60
         while c._pending and time.monotonic() < end:
-            time.sleep(0.2)
-            c.infer("simple", simple_inputs(1))
+            np.testing.assert_array_equal(c.infer(HELD, held_inputs())["Y"], held_inputs()["X"])
+            time.sleep(0.05)
         assert not c._pending
-    assert_no_regions(triton)
+    assert_no_regions(held.server)
