@@ -149,6 +149,9 @@ def test_stop_leaves_no_process_of_the_server_behind(tmp_path: Path) -> None:
         assert pgid is not None
         child = int((repo / "spawner" / "child.pid").read_text())
         assert alive(child)
+        # A process group of its own, in the caller's session: the kernel's autogroup then
+        # schedules the server beside its clients, not as one session against them.
+        assert os.getpgid(child) == pgid and os.getsid(pgid) == os.getsid(0)
     deadline = time.monotonic() + 10
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)  # SIGKILL is delivered asynchronously: poll for it, with a deadline
