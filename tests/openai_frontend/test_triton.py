@@ -1,16 +1,19 @@
-"""How the endpoint learns a model's LoRA adapters from its config (``lora_names``), and how a
-request for an adapter reaches its base model."""
+"""How the endpoint learns a model's LoRA adapters from its config (``lora_names``), how a
+request for an adapter reaches its base model, and how the list of served models is kept."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import pytest
+from tritonclient.grpc import service_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
 from openai_frontend.protocol import parse_completion
-from openai_frontend.triton import adapter_names, limits_output
+from openai_frontend.triton import REFRESH_S, TritonEngine, adapter_names, limits_output
 
 
 @pytest.mark.parametrize(
@@ -46,3 +49,52 @@ def test_a_models_sampling_defaults_may_set_its_output_limit(value: str | None, 
     if value is not None:
         config.parameters[SAMPLING_DEFAULTS].string_value = value
     assert limits_output(config) is limits
+
+
+class IndexStub:
+    """Triton's repository index and model configs, answered when ``gate`` is set."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.calls = 0
+
+    async def RepositoryIndex(self, request: Any) -> Any:
+        self.calls += 1
+        await self.gate.wait()
+        index = service_pb2.RepositoryIndexResponse.ModelIndex
+        return service_pb2.RepositoryIndexResponse(models=[index(name=n, state="READY") for n in self.names])
+
+    async def ModelConfig(self, request: Any) -> Any:
+        config = ModelConfig(name=request.name)
+        config.model_transaction_policy.decoupled = True
+        for name in ("text_input", "sampling_parameters"):
+            config.input.add(name=name)
+        return service_pb2.ModelConfigResponse(config=config)
+
+
+def test_a_stale_model_list_is_answered_at_once_and_renewed_beside_the_request() -> None:
+    async def go() -> None:
+        engine, stub = TritonEngine("127.0.0.1:1"), IndexStub(["a"])
+        engine._channel, engine._stub_ = object(), stub  # type: ignore[assignment]
+        assert list((await engine.catalog()).llms) == ["a"]
+        engine._fetched -= REFRESH_S + 1
+        stub.names, stub.gate = ["b"], asyncio.Event()  # the next index is held until set
+        stale = await asyncio.wait_for(engine.catalog(), timeout=10)
+        assert list(stale.llms) == ["a"]  # answered while the new list is still held
+        await asyncio.sleep(0)  # the refresh task runs up to the held index
+        assert stub.calls == 2
+        assert list((await engine.catalog()).llms) == ["a"]  # one refresh at a time
+        stub.gate.set()
+        assert engine._refreshing is not None
+        await engine._refreshing
+        assert list((await engine.catalog()).llms) == ["b"] and stub.calls == 2
+        stub.names, stub.gate = ["c"], asyncio.Event()
+        fresh = asyncio.ensure_future(engine.catalog(fresh=True))
+        await asyncio.sleep(0)
+        assert not fresh.done()  # a fresh list is waited for
+        stub.gate.set()
+        assert list((await fresh).llms) == ["c"]
+
+    asyncio.run(go())
