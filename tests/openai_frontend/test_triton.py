@@ -52,16 +52,18 @@ def test_a_models_sampling_defaults_may_set_its_output_limit(value: str | None, 
 
 
 class IndexStub:
-    """Triton's repository index and model configs, answered when ``gate`` is set."""
+    """Triton's repository index and model configs: ``asked`` is set when the index is asked for,
+    and the answer waits until ``gate`` is set."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
-        self.gate = asyncio.Event()
+        self.gate, self.asked = asyncio.Event(), asyncio.Event()
         self.gate.set()
         self.calls = 0
 
     async def RepositoryIndex(self, request: Any) -> Any:
         self.calls += 1
+        self.asked.set()
         await self.gate.wait()
         index = service_pb2.RepositoryIndexResponse.ModelIndex
         return service_pb2.RepositoryIndexResponse(models=[index(name=n, state="READY") for n in self.names])
@@ -80,20 +82,20 @@ def test_a_stale_model_list_is_answered_at_once_and_renewed_beside_the_request()
         engine._channel, engine._stub_ = object(), stub  # type: ignore[assignment]
         assert list((await engine.catalog()).llms) == ["a"]
         engine._fetched -= REFRESH_S + 1
-        stub.names, stub.gate = ["b"], asyncio.Event()  # the next index is held until set
+        stub.names, stub.gate, stub.asked = ["b"], asyncio.Event(), asyncio.Event()  # held until set
         stale = await asyncio.wait_for(engine.catalog(), timeout=10)
-        assert list(stale.llms) == ["a"]  # answered while the new list is still held
-        await asyncio.sleep(0)  # the refresh task runs up to the held index
+        assert list(stale.llms) == ["a"]  # answered while the new list is held
+        await asyncio.wait_for(stub.asked.wait(), timeout=10)  # the refresh waits on the index
         assert stub.calls == 2
         assert list((await engine.catalog()).llms) == ["a"]  # one refresh at a time
         stub.gate.set()
         assert engine._refreshing is not None
         await engine._refreshing
         assert list((await engine.catalog()).llms) == ["b"] and stub.calls == 2
-        stub.names, stub.gate = ["c"], asyncio.Event()
+        stub.names, stub.gate, stub.asked = ["c"], asyncio.Event(), asyncio.Event()
         fresh = asyncio.ensure_future(engine.catalog(fresh=True))
-        await asyncio.sleep(0)
-        assert not fresh.done()  # a fresh list is waited for
+        await asyncio.wait_for(stub.asked.wait(), timeout=10)
+        assert not fresh.done()  # a fresh list is waited for: the index is held
         stub.gate.set()
         assert list((await fresh).llms) == ["c"]
 
