@@ -236,7 +236,9 @@ def test_the_llm_mode_against_the_real_server(llm_server, tmp_path: Path) -> Non
         assert s.ttft_ms_mean > 0 and s.tpot_ms_mean > 0
     export = tmp_path / "raw" / "smollm2_llm_concurrency_4.profile.json"
     for request in profile_export.load(export)[0].requests:
-        assert request.ttft_s <= request.latency_s and request.tokens[0] == 1 and sum(request.tokens) == 8
+        # A response carries what piled up while the stream's last one was being sent: under load the
+        # first may carry several tokens (docs/llm_serving.md), so only the counts must add up.
+        assert request.ttft_s <= request.latency_s and sum(request.tokens) == 8
         assert len(request.response_ns) == len(request.tokens) >= 2 and min(request.tokens) >= 1
     assert all(Path(f).is_file() for f in report.files.values())
 
