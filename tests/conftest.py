@@ -354,19 +354,19 @@ _ZOO_SECONDS: list[float] = []
 def build_zoo_first(config: pytest.Config) -> None:
     """`tritonforge build` of models.yaml for each of ZOO_TARGETS with the tests' stage cache, one
     after another, each in a process of its own (this one stays small), its lines shown as they
-    come; zoo_repo is the local one's repository. The tests start then, while the Dockerfile's stage
-    venvs are made in the background (start_stage_venvs). Measured: pip beside the local build
-    slowed its LLM verification by a third; cpu and gpu builds in the background made stages a
-    test then waited for, or made again in its own process (7.6 GiB)."""
+    come; zoo_repo is the local one's repository. The Dockerfile's stage venvs are made meanwhile at
+    nice 19 (start_stage_venvs), on what the builds leave idle. Measured: pip at an equal share
+    beside the local build slowed its LLM verification by a third; cpu and gpu builds in the
+    background made stages a test then waited for, or made again in its own process (7.6 GiB)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
     say(f"building models.yaml's zoo into {test_cache_dir()} before the tests (--build-zoo-first)")
     began, scratch = time.monotonic(), Path(tempfile.mkdtemp(prefix="tritonforge-zoo-"))
     _ZOO_SCRATCH.append(scratch)
+    start_stage_venvs()
     for target in ZOO_TARGETS:
         build_target(target, scratch / target, say)
     _ZOO_SECONDS.append(time.monotonic() - began)
-    start_stage_venvs()
     say(f"the zoo built in {_ZOO_SECONDS[0]:.0f} s; stage venvs in the background: {STAGE_VENVS_LOG}")
     os.environ[ZOO_REPO_ENV] = str(scratch / ZOO_TARGETS[0])  # zoo_repo's, in the workers
     os.environ[ZOO_BUILT_ENV] = "1"  # the workers inherit it (tests/engines.py)
@@ -386,15 +386,17 @@ def build_target(target: str, repo: Path, say: Any) -> None:
 
 
 def start_stage_venvs() -> None:
-    """The Dockerfile's stage venvs made in the tests' stage cache at nice 10, on the cores the tests
-    leave idle, in a session of its own; the stage test waits for them on their lock."""
+    """The Dockerfile's stage venvs made in the tests' stage cache at nice 19, on the cores the
+    builds and tests leave idle; the stage test waits for them on their lock. A process group of its
+    own (killed as one), in this session: with Linux's autogroup (sched_autogroup_enabled), a
+    session of its own would get an equal share of the CPU whatever its nice."""
     KEPT_LOGS.mkdir(parents=True, exist_ok=True)
-    command = ["nice", "-n", "10", sys.executable, "-m", "tests.integration.fixtures.docker_stages",
+    command = ["nice", "-n", "19", sys.executable, "-m", "tests.integration.fixtures.docker_stages",
                str(test_cache_dir())]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with STAGE_VENVS_LOG.open("wb") as sink:
         _STAGE_VENVS.append(subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, process_group=0
         ))  # fmt: skip
 
 
