@@ -13,7 +13,6 @@ verification, vLLM's own server beside the benchmarks) keep vLLM's behaviour."""
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 from typing import Any
@@ -27,8 +26,7 @@ APPLIED = "shared-memory queue readers spin {seconds:g} s after a read"
 
 def register() -> None:
     """Apply VLLM_SPIN_ENV to every SpinCondition this process makes from now on; nothing when it is
-    unset, and a warning (vLLM's own spinning kept) where this vLLM has no SpinCondition that takes
-    ``busy_loop_s``."""
+    unset, and a warning (vLLM's own spinning kept) where this vLLM has no SpinCondition."""
     value = os.environ.get(VLLM_SPIN_ENV)
     if value is None:
         return
@@ -37,8 +35,6 @@ def register() -> None:
         from vllm.distributed.device_communicators import shm_broadcast
 
         condition = shm_broadcast.SpinCondition
-        if "busy_loop_s" not in inspect.signature(condition.__init__).parameters:
-            raise AttributeError("this vLLM's SpinCondition takes no busy_loop_s")
     except (ValueError, ImportError, AttributeError) as exc:
         log.warning("%s=%s not applied: %s", VLLM_SPIN_ENV, value, exc)
         return

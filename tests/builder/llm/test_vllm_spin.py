@@ -59,16 +59,3 @@ def test_a_value_that_is_no_number_keeps_vllms_spinning(reader, monkeypatch, cap
     vllm_spin.register()
     assert reader().busy_loop_s == 1
     assert f"{VLLM_SPIN_ENV}=soon not applied" in caplog.text
-
-
-def test_a_vllm_whose_spin_condition_takes_no_busy_loop_keeps_its_own(reader, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
-    original = shm_broadcast.SpinCondition.__init__
-
-    def older(self, is_reader, context, notify_address):  # type: ignore[no-untyped-def]
-        original(self, is_reader, context, notify_address)
-
-    monkeypatch.setattr(shm_broadcast.SpinCondition, "__init__", older)
-    monkeypatch.setenv(VLLM_SPIN_ENV, "0")
-    vllm_spin.register()
-    assert reader().busy_loop_s == 1
-    assert "takes no busy_loop_s" in caplog.text
