@@ -27,12 +27,6 @@ SAMPLING_DEFAULTS = "sampling_defaults"  # a JSON object: sampling values of req
 # carrying every token made meanwhile, and no sooner than this many milliseconds after it (0: at once).
 STREAM_MIN_GAP_MS = "stream_min_gap_ms"
 
-# -- environment -----------------------------------------------------------------------------------
-# tritonforge's: seconds a vLLM process spins (sched_yield) waiting on its shared-memory queue after
-# each read before it sleeps on the queue's socket (vLLM's own: 1). The model sets it for its
-# engines; builder/llm/vllm_spin.py, a vLLM plugin, applies it in each of their processes.
-VLLM_SPIN_ENV = "TRITONFORGE_VLLM_SPIN_S"
-
 # -- inputs ----------------------------------------------------------------------------------------
 TEXT_INPUT = "text_input"
 MESSAGES = "messages"  # tritonforge's: a JSON chat, in place of text_input
