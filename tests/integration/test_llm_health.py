@@ -19,8 +19,6 @@ from collections.abc import Iterator
 import pytest
 
 from builder.llm.serving import EngineArgs, ServingSettings
-from builder.llm.vllm_spin import APPLIED
-from builder.python_models.vllm_engine.utils.engine import ENGINE_SPIN_S
 from builder.server import TritonServer
 from builder.targets.vllm_python import write_local_model
 from clients.errors import TritonClientError
@@ -53,18 +51,6 @@ def model_ready(server: TritonServer) -> bool:
             return bool(reply.status == 200)
     except urllib.error.HTTPError:
         return False
-
-
-def test_the_engines_processes_sleep_on_their_queues_between_steps(server: TritonServer) -> None:
-    """vLLM's queue readers spin a second after each read unless told otherwise (vllm_spin): the
-    model tells both of its engine's processes, the engine core and its worker."""
-    with Generator(server.grpc_url, MODEL, timeout=120) as gen:
-        assert gen.generate("Hi", max_tokens=2).text is not None  # the engine has run a step
-    assert server.log_path is not None
-    applied = APPLIED.format(seconds=float(ENGINE_SPIN_S))
-    lines = [line for line in server.log_path.read_text(errors="replace").splitlines() if applied in line]
-    assert any("EngineCore" in line for line in lines), lines
-    assert any("Worker" in line for line in lines), lines
 
 
 def test_a_dead_engine_ends_the_request_in_flight_and_the_model_stops_being_ready(

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..contract import ENGINE_ARGS_FILE, VLLM_SPIN_ENV
+from ..contract import ENGINE_ARGS_FILE
 from .lanes import Lane, lane_engine_args
 from .metrics import stat_logger_factory
 from .sending import Sending
@@ -32,11 +32,6 @@ OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # tokens/s now and then, the engine using as much CPU (bench/results/llm_per_token.json,
 # runs.nice5).
 FRONTEND_NICE = 5
-# Seconds the engines' processes spin after each read of their shared-memory queues (VLLM_SPIN_ENV),
-# in place of vLLM's 1: on a CPU host a spinning reader takes a core from the model's own threads and
-# the other models, while a sleeping one wakes on the queue's socket within microseconds of an
-# engine step that takes tens of milliseconds. Where the environment already names it, that wins.
-ENGINE_SPIN_S = "0"
 
 
 def yield_to_engines() -> None:
@@ -129,7 +124,6 @@ class EngineLifecycle(Sending):
         known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
         config = without_unknown_stream_interval(lane_engine_args(self.engine_config, lane.rule), known)
         factory = stat_logger_factory(lane.metrics)
-        os.environ.setdefault(VLLM_SPIN_ENV, ENGINE_SPIN_S)  # read by vllm_spin in each engine process
         previous = os.environ.get(OMP_BIND)
         if lane.rule.cpus:  # read when the engine core process starts
             os.environ[OMP_BIND] = lane.rule.cpus
