@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
 
 # Polygraphy's own check of an input, as its TrtRunner makes it for every input of every run.
@@ -24,9 +22,8 @@ def torch_after_polygraphy_asks(setup: str) -> str:
 
 
 def test_polygraphy_asking_whether_an_input_is_a_torch_tensor_imports_no_torch_in_the_worker() -> None:
-    """Where torch is installed (as in this venv), Polygraphy imports it to answer: 1.6 s and
-    hundreds of MB in every plan's process, whose inputs are all NumPy arrays."""
-    pytest.importorskip("torch")
+    """torch is installed with the project (pyproject.toml pins it), so Polygraphy imports it to
+    answer: 1.6 s and hundreds of MB in every plan's process, whose inputs are all NumPy arrays."""
     assert torch_after_polygraphy_asks("") == "module"  # what the worker would pay
     setup = "from builder.engines.worker import keep_torch_out; keep_torch_out(); "
     assert torch_after_polygraphy_asks(setup) == "NoneType"
