@@ -396,7 +396,7 @@ def start_stage_venvs() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with STAGE_VENVS_LOG.open("wb") as sink:
         _STAGE_VENVS.append(subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, process_group=0
+            command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=os.setpgrp
         ))  # fmt: skip
 
 

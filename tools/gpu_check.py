@@ -193,7 +193,7 @@ def serve_and_check(
     log = args.out.resolve().with_suffix(".tritonserver.log")
     base = f"http://127.0.0.1:{port}/v2"
     with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=os.setpgrp)
     try:
         while call(f"{base}/health/ready") is None:
             if proc.poll() is not None or left(deadline) <= 1:
@@ -440,7 +440,7 @@ def run_group(cmd: list[str], timeout: float) -> tuple[int, str, str] | None:
     """Run ``cmd`` in its own process group; None when it ran out of time, after killing the
     whole group (tritonforge and the TensorRT build worker it started)."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=os.setpgrp
     )
     try:
         out, err = proc.communicate(timeout=timeout)
