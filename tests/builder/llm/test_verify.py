@@ -112,7 +112,7 @@ def test_bad_prompt_files(tmp_path: Path, text: str, field: str | None, words: s
 def test_vllm_agrees_with_transformers_on_smollm2(zoo_repo: Path) -> None:
     """The zoo build's own verification of its LLM, read from its stage: each candidate dtype's vLLM
     engine in a process of its own against transformers on the packaged GGUF (the tests' zoo build
-    ran it; test_llm_lora runs an explicit dtype's)."""
+    ran it; test_llm_lora's explicit float32 takes this stage's float32 report)."""
     stage = built_stage(zoo_repo, "smollm2", "llm-verify")
     report = json.loads((stage / "stage.json").read_text())["info"]
     assert len(report["prompts"]) == 8 and report["passed"], report["failures"]
