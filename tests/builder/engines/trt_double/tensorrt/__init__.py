@@ -606,7 +606,13 @@ class ICudaEngine:
         import onnxruntime as ort
 
         if self._session is None:
-            self._session = ort.InferenceSession(self.plan["onnx"], providers=["CPUExecutionProvider"])
+            # One thread: a GPU's work done on a CPU beside the test run's other processes, where a
+            # second thread spinning between operators only takes their cores.
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            self._session = ort.InferenceSession(
+                self.plan["onnx"], options, providers=["CPUExecutionProvider"]
+            )
         return self._session
 
 
