@@ -10,8 +10,8 @@ SPEC ?= models.yaml
 REPO ?= model_repository
 TARGET ?= auto
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist): tests/engines.py runs the tests that start vLLM engines in two of
-# them (the zoo server's users, the rest), with at most two engines up at once across them.
+# Test processes (pytest-xdist); tests/engines.py keeps the tests that run a vLLM engine in one, and
+# the other two run the rest beside it.
 TEST_PROCESSES ?= 3
 OPENAI_PORT ?= 9000
 

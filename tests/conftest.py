@@ -24,21 +24,17 @@ ROOT = Path(__file__).parents[1]
 os.environ.setdefault("TRITONFORGE_RESULTS_DIR", str(ROOT / ".tritonforge" / "test-results"))
 
 from builder import shared_memory  # noqa: E402
-from builder.configs import read_config  # noqa: E402
 from builder.pipeline import build  # noqa: E402
-from builder.python_models.vllm_engine.contract import LANES  # noqa: E402
 from builder.records import BuildOptions  # noqa: E402
 from builder.server import TritonServer  # noqa: E402
 from builder.targets.writer import link_tree  # noqa: E402
 from tests.engines import (  # noqa: E402
-    ENGINE_GROUPS,
+    ENGINE_GROUP,
     ENGINES_AT_ONCE,
     GROUPS_ENV,
     LLM,
-    SLOTS_ENV,
     ZOO,
     ZOO_BUILT_ENV,
-    EngineSlots,
     GroupScheduling,
     SharedServers,
     assign_groups,
@@ -209,21 +205,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     stop_stage_venvs()
-    if not hasattr(config, "workerinput"):
-        if GROUPS_ENV in os.environ:
-            shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
-        if SLOTS_ENV in os.environ:
-            shutil.rmtree(os.environ.pop(SLOTS_ENV), ignore_errors=True)
+    if not hasattr(config, "workerinput") and GROUPS_ENV in os.environ:
+        shutil.rmtree(Path(os.environ.pop(GROUPS_ENV)).parent, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller names the groups file and the engine slots' folder before xdist starts its
-    workers (they inherit both)."""
-    if hasattr(config, "workerinput"):
-        return
-    if config.getoption("dist", "no") == "loadgroup":
+    """The controller names the groups file before xdist starts its workers (they inherit it)."""
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":
         os.environ[GROUPS_ENV] = str(Path(tempfile.mkdtemp(prefix="tritonforge-groups-")) / "groups.json")
-    os.environ.setdefault(SLOTS_ENV, tempfile.mkdtemp(prefix="tritonforge-engine-slots-"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -252,27 +241,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def serves_engine(server: TritonServer) -> bool:
-    """Whether the server loads a vLLM engine."""
-    return engines_of(server) > 0
-
-
-def engines_of(server: TritonServer) -> int:
-    """The vLLM engines the server starts: one for each local-target LLM (model.py beside its engine
-    arguments) that its model control mode loads, and one for each of its lanes (at most)."""
-    count = 0
+    """Whether the server loads a vLLM engine: a local-target LLM (model.py beside its engine
+    arguments) that its model control mode loads."""
     for args in server.repo.glob(f"*/*/{ENGINE_ARGS}"):
         name = args.parents[1].name
         loaded = server.model_control != "explicit" or {"*", name} & set(server.load_models)
         if loaded and (args.parent / "model.py").is_file():
-            count += 1 + len(json.loads(_parameter(args.parents[1] / "config.pbtxt", LANES) or "[]"))
-    return count
-
-
-def _parameter(config: Path, key: str) -> str | None:
-    if not config.is_file():
-        return None
-    parameters = read_config(config).parameters
-    return parameters[key].string_value if key in parameters else None
+            return True
+    return False
 
 
 def server_refusal(item: pytest.Item, server: TritonServer) -> str | None:
@@ -284,7 +260,7 @@ def server_refusal(item: pytest.Item, server: TritonServer) -> str | None:
 
 def engine_refusal(item: pytest.Item, whose: str) -> str | None:
     """Why ``item`` may not start a vLLM engine (``whose``: what runs it), if it may not."""
-    if group_of(item) in ENGINE_GROUPS:
+    if group_of(item) == ENGINE_GROUP:
         return None
     return (f"{item.nodeid} starts a vLLM engine ({whose}): mark its module "
             f"pytest.mark.xdist_group(ENGINE_GROUP) (tests/engines.py)")  # fmt: skip
@@ -304,40 +280,17 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         pytest.fail(refusal, pytrace=False)  # a BaseException: a build's own handlers let it through
 
 
-_start, _stop = TritonServer.start, TritonServer.stop
-_SLOTS: dict[int, list[int]] = {}  # a started server's engine slots, by id(server)
+_start = TritonServer.start
 
 
 def _checked_start(self: TritonServer, timeout: float = 120) -> None:
-    """Refuse a server the running test may not start; take an engine slot for each engine it
-    starts (waiting while the run's other engine group has them), given back when it stops."""
     refusal = server_refusal(_RUNNING[-1], self) if _RUNNING else None
     if refusal is not None:
         pytest.fail(refusal, pytrace=False)
-    engines = engines_of(self)
-    if engines and SLOTS_ENV in os.environ and id(self) not in _SLOTS:
-        why = f"{_RUNNING[-1].nodeid if _RUNNING else 'a server'} starting {engines} vLLM engine(s)"
-        _SLOTS[id(self)] = EngineSlots(Path(os.environ[SLOTS_ENV])).take(engines, why)
-    try:
-        _start(self, timeout)
-    except BaseException:
-        _release(self)
-        raise
-
-
-def _checked_stop(self: TritonServer, timeout: float | None = None) -> None:
-    try:
-        _stop(self, timeout)
-    finally:
-        _release(self)
-
-
-def _release(server: TritonServer) -> None:
-    EngineSlots.give(_SLOTS.pop(id(server), []))
+    _start(self, timeout)
 
 
 TritonServer.start = _checked_start  # type: ignore[method-assign]
-TritonServer.stop = _checked_stop  # type: ignore[method-assign]
 sys.addaudithook(_audit)
 
 

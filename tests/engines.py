@@ -2,39 +2,30 @@
 
 `make test` runs the tests in three processes (pytest-xdist, ``--dist loadgroup``). Each module is an
 xdist group of its own, so its module fixtures start once, except the tests that may start a vLLM
-engine (GiBs each): they form two groups, each run in one process one module after another. The zoo
-server's users (``triton``, one engine: the zoo's LLM) are ZOO_ENGINE_GROUP; every other module that
-may start an engine is ENGINE_GROUP (the shared LLM server's users, then the modules with servers of
-their own). The two groups run at once in two processes, so the run is not one long line of engine
-tests while the third process runs out of work.
+engine (GiBs each): they form one group, ENGINE_GROUP, run in one process one after another.
 xdist 3.8's loadgroup tells the scheduler each test's group by renaming the test (``item._nodeid``),
 which pytest 9.2 no longer reads (a node's id is ``item._id``): the workers write the groups to the
 file GROUPS_ENV names, and GroupScheduling, xdist's loadgroup scheduler, reads them there. A test
-is in an engine group when it uses a fixture that starts an engine (ENGINE_FIXTURES), when its module
-takes from the LLM repository helpers (LLM_REPO), when its module says so itself
+is in it when it uses a fixture that starts an engine (ENGINE_FIXTURES), when its module takes from
+the LLM repository helpers (LLM_REPO), when its module says so itself
 (``pytestmark = pytest.mark.xdist_group(ENGINE_GROUP)``), or when it builds models.yaml (marker
 ``llm_build``): a cold stage cache verifies its LLM on two engines. `make test` builds the zoo into
 the tests' stage cache before its processes start (``--build-zoo-first``, which sets
-ZOO_BUILT_ENV), and then those builds, and the zoo repository's readers, start no engine and run in
+ZOO_BUILT_ENV), and then those builds, and the readers of ``zoo_repo``, start no engine and run in
 any process.
 
-The run keeps at most ENGINES_AT_ONCE engines up across its processes: a server that starts engines
-takes one of the run's EngineSlots (lock files) for each before it starts, and gives them back when
-it stops; one that finds too few free waits for them. Within a process, the session's shared
-servers (the zoo's, ``triton``, and the shared LLM server, ``llm_triton``; one engine each) stay up
-while a module holds them and after, and each is stopped before a test whose module does not ask for
-it, to start again when a later module asks (SharedServers). A group runs its modules in the order
-that starts each shared server once (``phase``): the zoo's users, then those of both, then the LLM
-server's, then the modules with engines of their own (a server's two lanes, a build verifying two
-dtypes).
+That process keeps at most ENGINES_AT_ONCE engines up. The session's shared servers (the zoo's,
+``triton``, and the shared LLM server, ``llm_triton``; one engine each) stay up while a module holds
+them and after, and each is stopped before a test whose module does not ask for it, to start again
+when a later module asks (SharedServers). The group runs its modules in the order that starts each shared
+server once (``phase``): the zoo's users, then those of both, then the LLM server's, then the
+modules with engines of their own (a server's two lanes, a build verifying two dtypes).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,16 +38,12 @@ from xdist.scheduler import LoadScopeScheduling
 from builder.server import TritonServer
 
 ENGINE_GROUP = "engines"
-ZOO_ENGINE_GROUP = "engines-zoo"  # the zoo server's users: its one engine, beside ENGINE_GROUP's
-ENGINE_GROUPS = frozenset({ENGINE_GROUP, ZOO_ENGINE_GROUP})
 ENGINES_AT_ONCE = 2
 ZOO, LLM = "triton", "llm_triton"  # the shared servers, by their fixtures' names
 ENGINE_FIXTURES = frozenset({"zoo_repo", ZOO, LLM})
 LLM_REPO = "tests.integration.fixtures.llm_repo"
 GROUPS_ENV = "TRITONFORGE_TEST_GROUPS"  # the file the workers write each test's group to
 ZOO_BUILT_ENV = "TRITONFORGE_TEST_ZOO_BUILT"  # set once the zoo's stages are in the test cache
-SLOTS_ENV = "TRITONFORGE_TEST_ENGINE_SLOTS"  # the folder of the run's EngineSlots (its processes share it)
-SLOT_WAIT_S = 1800.0  # an engine group waits this long at most for the other's engines to stop
 
 
 def module_of(nodeid: str) -> str:
@@ -65,8 +52,10 @@ def module_of(nodeid: str) -> str:
 
 def starts_engine(item: pytest.Item) -> bool:
     """Whether the test uses a fixture that starts an engine, or its module takes from the helpers
-    that write and serve an LLM repository."""
-    if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+    that write and serve an LLM repository. ``zoo_repo`` builds the zoo, whose LLM it verifies on
+    two engines, unless the zoo was built first: then its readers start none."""
+    fixtures = ENGINE_FIXTURES - {"zoo_repo"} if ZOO_BUILT_ENV in os.environ else ENGINE_FIXTURES
+    if fixtures & set(getattr(item, "fixturenames", ())):
         return True
     names = getattr(getattr(item, "module", None), "__dict__", {}).values()
     return any(getattr(value, "__module__", None) == LLM_REPO for value in names)
@@ -88,24 +77,17 @@ def own_group(item: pytest.Item) -> str:
 
 
 def assign_groups(items: list[pytest.Item]) -> dict[str, frozenset[str]]:
-    """Mark every item with its module's group (an engine group where any of its tests is in one),
-    and order the engine groups' modules by phase (a stable sort: every process collects the same
+    """Mark every item with its module's group (the engine group where any of its tests is in it),
+    and order the engine group's modules by phase (a stable sort: every process collects the same
     order, as xdist requires). Returns the shared servers each module asks for (module_asks)."""
-    engines = {module_of(item.nodeid) for item in items if group_of(item) in ENGINE_GROUPS}
-    asked = module_asks(items)
+    engines = {module_of(item.nodeid) for item in items if group_of(item) == ENGINE_GROUP}
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             module = module_of(item.nodeid)
-            item.add_marker(
-                pytest.mark.xdist_group(engine_group(asked[module]) if module in engines else module)
-            )
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if module in engines else module))
+    asked = module_asks(items)
     items.sort(key=lambda item: order(item, engines, asked))
     return asked
-
-
-def engine_group(asked: frozenset[str]) -> str:
-    """ZOO_ENGINE_GROUP for a module that asks for the zoo server alone, else ENGINE_GROUP."""
-    return ZOO_ENGINE_GROUP if asked == {ZOO} else ENGINE_GROUP
 
 
 def module_asks(items: list[pytest.Item]) -> dict[str, frozenset[str]]:
@@ -118,9 +100,9 @@ def module_asks(items: list[pytest.Item]) -> dict[str, frozenset[str]]:
 
 
 def order(item: pytest.Item, engines: set[str], asked: dict[str, frozenset[str]]) -> tuple[int, int]:
-    """The engine groups first (the longest, by phase), then the builds of models.yaml (minutes
+    """The engine group first (the longest, by phase), then the builds of models.yaml (minutes
     each), then the rest in collection order: with ``--no-loadscope-reorder`` xdist hands the groups
-    out in this order, so a third process starts on the long builds while two run engines."""
+    out in this order, so the other process starts on the long builds while the first runs engines."""
     module = module_of(item.nodeid)
     if module in engines:
         return 0, PHASES[asked[module]]
@@ -196,45 +178,3 @@ class SharedServers:
 
     def stop_all(self) -> None:
         self.make_room(keep=set())
-
-
-class EngineSlots:
-    """ENGINES_AT_ONCE lock files in ``folder``, shared by the run's processes: ``take(n)`` holds n of
-    them (all at once, or none while it waits), ``give`` lets them go; the system drops a dead
-    process's locks. A process takes its slots holding none, or holds one shared server's while
-    waiting for one more (a module with a server of its own beside the LLM server); the other group
-    holds at most one and never waits holding it, so the two cannot wait for each other."""
-
-    def __init__(self, folder: Path, wait_s: float = SLOT_WAIT_S) -> None:
-        self.folder, self.wait_s = folder, wait_s
-
-    def take(self, count: int, why: str) -> list[int]:
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            held = self._try(min(count, ENGINES_AT_ONCE))
-            if held is not None:
-                return held
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{why}: {count} of ENGINES_AT_ONCE ({ENGINES_AT_ONCE}) engine slots "
-                                   f"not free within {self.wait_s:.0f} s ({self.folder})")  # fmt: skip
-            time.sleep(0.5)  # until the other group's server stops
-
-    def _try(self, count: int) -> list[int] | None:
-        held: list[int] = []
-        for index in range(ENGINES_AT_ONCE):
-            fd = os.open(self.folder / f"slot-{index}", os.O_RDONLY | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            held.append(fd)
-            if len(held) == count:
-                return held
-        self.give(held)
-        return None
-
-    @staticmethod
-    def give(held: list[int]) -> None:
-        for fd in held:
-            os.close(fd)  # and with it the lock

@@ -9,15 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import set_parameters, write_config
-from builder.python_models.vllm_engine.contract import LANES
 from builder.server import TritonServer
 from tests.conftest import (
     ENGINE_RUNNER,
-    MODULE_ASKS,
-    engines_of,
     peak_line,
     pytest_xdist_make_scheduler,
     server_refusal,
@@ -25,14 +20,10 @@ from tests.conftest import (
 )
 from tests.engines import (
     ENGINE_GROUP,
-    ENGINE_GROUPS,
     ENGINES_AT_ONCE,
     GROUPS_ENV,
     PHASES,
-    ZOO,
     ZOO_BUILT_ENV,
-    ZOO_ENGINE_GROUP,
-    EngineSlots,
     SharedServers,
     group_of,
     module_asks,
@@ -49,16 +40,13 @@ def test_each_module_is_one_group_and_every_engine_user_is_in_the_engine_group(
 ) -> None:
     """Over the tests this run collected: every test carries its xdist group, a module's tests share
     one, and those using a fixture that starts an engine, or whose module takes from the LLM
-    repository helpers, are in an engine group: ZOO_ENGINE_GROUP for the modules that ask for the
-    zoo server alone."""
+    repository helpers, are in ENGINE_GROUP."""
     groups: dict[str, set[str]] = {}
     for item in request.session.items:
         assert item.get_closest_marker("xdist_group") is not None, item.nodeid
         groups.setdefault(module_of(item.nodeid), set()).add(group_of(item))
-        assert not starts_engine(item) or group_of(item) in ENGINE_GROUPS, item.nodeid
+        assert not starts_engine(item) or group_of(item) == ENGINE_GROUP, item.nodeid
     assert {m: g for m, g in groups.items() if len(g) > 1} == {}
-    zoo_group = {m for m, g in groups.items() if g == {ZOO_ENGINE_GROUP}}
-    assert all(MODULE_ASKS[m] == {ZOO} for m in zoo_group)  # over every test collected, selected or not
     assert groups["tests/test_conftest.py"] == {"tests/test_conftest.py"}
 
 
@@ -71,6 +59,18 @@ def test_a_build_of_models_yaml_starts_engines_only_while_the_zoo_was_not_built_
     assert own_group(request.node) == ENGINE_GROUP
     monkeypatch.setenv(ZOO_BUILT_ENV, "1")
     assert own_group(request.node) == "tests/test_conftest.py"
+
+
+def test_the_zoo_repositorys_readers_start_engines_only_while_the_zoo_was_not_built_first(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(request.node, "fixturenames", [*request.node.fixturenames, "zoo_repo"])
+    monkeypatch.delenv(ZOO_BUILT_ENV, raising=False)
+    assert starts_engine(request.node)
+    monkeypatch.setenv(ZOO_BUILT_ENV, "1")
+    assert not starts_engine(request.node)
+    monkeypatch.setattr(request.node, "fixturenames", [*request.node.fixturenames, "triton"])
+    assert starts_engine(request.node)
 
 
 def test_the_scheduler_reads_each_tests_group_from_the_workers_file(
@@ -93,15 +93,12 @@ def test_the_scheduler_reads_each_tests_group_from_the_workers_file(
     assert all(scope(item.nodeid) == group_of(item) for item in request.session.items)
 
 
-@pytest.mark.parametrize("group", sorted(ENGINE_GROUPS))
-def test_each_engine_group_runs_its_modules_whole_and_in_phase_order(
-    request: pytest.FixtureRequest, group: str
-) -> None:
+def test_the_engine_group_runs_its_modules_whole_and_in_phase_order(request: pytest.FixtureRequest) -> None:
     """The zoo server's users, then both servers', then the LLM server's, then engines of their own:
     each shared server starts once."""
     modules: list[str] = []
     for item in request.session.items:
-        if group_of(item) == group:
+        if group_of(item) == ENGINE_GROUP:
             module = module_of(item.nodeid)
             if not modules or modules[-1] != module:
                 assert module not in modules, f"{module} runs in two parts"
@@ -109,33 +106,6 @@ def test_each_engine_group_runs_its_modules_whole_and_in_phase_order(
     asked = module_asks(request.session.items)
     phases = [PHASES[asked[m]] for m in modules]
     assert phases == sorted(phases)
-
-
-HOLD = "import sys; from pathlib import Path; from tests.engines import EngineSlots; "
-
-
-def test_engine_slots_are_taken_all_at_once_across_processes_and_dropped_with_a_dead_one(
-    tmp_path: Path,
-) -> None:
-    slots = EngineSlots(tmp_path, wait_s=0.3)
-    take = f"EngineSlots(Path({str(tmp_path)!r})).take(1, 'other')"
-    code = f"{HOLD}{take}; print('held', flush=True); sys.stdin.read()"
-    other = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parents[1], text=True,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
-    try:
-        assert other.stdout is not None and other.stdout.readline() == "held\n"
-        with pytest.raises(TimeoutError, match="2 of ENGINES_AT_ONCE"):
-            slots.take(2, "lanes")  # one is free: none is kept while it waits
-        mine = slots.take(1, "llm")
-        with pytest.raises(TimeoutError):
-            slots.take(1, "lora")  # this process's own slot counts too
-    finally:
-        other.kill()
-        other.wait()
-    slots.give(mine + slots.take(1, "lora"))  # the dead process's slot is free
-    both = slots.take(ENGINES_AT_ONCE, "lanes")
-    assert len(both) == ENGINES_AT_ONCE
-    slots.give(both)
 
 
 class Recorded:
@@ -183,16 +153,6 @@ def engine_repo(root: Path) -> Path:
     (version / "model.py").write_text("")
     (version / "model.json").write_text("{}")
     return root
-
-
-def test_a_server_counts_an_engine_for_each_llm_it_loads_and_each_of_its_lanes(tmp_path: Path) -> None:
-    repo = engine_repo(tmp_path / "repo")
-    assert engines_of(TritonServer(repo)) == 1
-    assert engines_of(TritonServer(repo, model_control="explicit", load_models=["a"])) == 0
-    config = ModelConfig(name="llm", backend="python")
-    set_parameters(config, {LANES: '[{"name": "long", "min_tokens": 200}]'})
-    write_config(config, repo / "llm")
-    assert engines_of(TritonServer(repo)) == 2
 
 
 def test_an_engine_outside_the_engine_group_is_refused(
