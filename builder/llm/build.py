@@ -82,7 +82,7 @@ class LLMVerifyInputs(StageInputs, OmitsUnset):
         "builder.llm.verify",
         "builder.llm.choice",
         "builder.llm.build:_verify",
-        "builder.llm.build:_earlier_report",
+        "builder.llm.build:auto_sibling",  # which earlier stage _verify may take a report from
     )
     LATER = ("auto",)
     export_key: str
@@ -208,7 +208,9 @@ def verify_inputs(
 
 def auto_sibling(spec: LLMSpec, inputs: LLMVerifyInputs) -> str:
     """The key ``dtype: auto`` would give this verify stage, every other input the same: its
-    folder holds a report per candidate it ran (``report-<dtype>.json``)."""
+    folder holds a report per candidate it ran (``report-<dtype>.json``). Only an explicit float32
+    can find one: auto exports in float32 (its widest candidate), and the export is an input, so an
+    explicit bfloat16, exported in bfloat16, has a sibling key that no build makes."""
     if inputs.auto is not None:
         return inputs.key()
     return verify_inputs(
@@ -284,14 +286,16 @@ def _verify(
 
 
 def _earlier_report(earlier: Path, dtype: LLMDType) -> Info | None:
-    """dtype auto's report of ``dtype`` from its finished stage ``earlier``, as an explicit run of it
-    writes it (no speed run), with a note naming that stage; None when it did not run ``dtype`` (no
-    such stage, or bfloat16 skipped on this CPU)."""
+    """dtype auto's report of ``dtype`` from its finished stage ``earlier``, in the shape an explicit
+    run writes (no speed run), with a note naming that stage; None when there is none to take (no
+    such stage, bfloat16 skipped on this CPU, or a file that does not read). The report is of
+    auto's engine, which ran beside the other candidate with ``max_num_seqs`` sequences; an explicit
+    run batches its prompts alone."""
     try:
         if not (earlier / DONE).is_file():
             return None
         report: Info = json.loads((earlier / f"{REPORT}-{dtype.value}.json").read_text())
-    except FileNotFoundError:  # not run, or pruned meanwhile by another build
+    except (OSError, ValueError):  # not run, or pruned meanwhile by another build
         return None
     report.pop("tokens_per_second", None)
     return report | {"note": f"{dtype.value} verified by dtype auto's run of it (llm-verify {earlier.name})"}

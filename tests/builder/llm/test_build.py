@@ -53,6 +53,14 @@ def test_an_explicit_dtypes_sibling_is_the_key_dtype_auto_gives_the_same_inputs(
     assert auto_sibling(spec("float32"), longer) != auto.key()
 
 
+def test_only_an_explicit_float32_shares_the_export_dtype_auto_verifies() -> None:
+    """The export is an input of the verify stage: auto's is float32 (its widest candidate), so an
+    explicit bfloat16, exported in bfloat16, can never find auto's report."""
+    assert spec("auto").widest_dtype is F32
+    assert spec("float32").widest_dtype is F32
+    assert spec("bfloat16").widest_dtype is BF16
+
+
 class Engines:
     """verify_dtypes and verify_llm, recording what they were asked to run."""
 
@@ -98,6 +106,7 @@ def test_a_dtype_auto_did_not_run_or_did_not_finish_gets_its_own_engine(
     cache = StageCache(tmp_path, lambda _: None)
     earlier = run_auto(cache, "auto-key", native_bf16=False)  # bfloat16 skipped on this CPU
     assert engines.calls == [(F32,)]
+    # No report of bfloat16 in the folder (in a real build its export differs as well).
     info = _verify(spec("bfloat16"), Path("ckpt"), Path("src"), PROMPTS, tmp_path / "out", None, earlier)
     assert engines.calls[-1] == (BF16,) and "note" not in info
     unfinished = tmp_path / "chat" / "llm-verify" / "auto-key.tmp-1"
@@ -105,3 +114,6 @@ def test_a_dtype_auto_did_not_run_or_did_not_finish_gets_its_own_engine(
     (unfinished / "report-float32.json").write_text((earlier / "report-float32.json").read_text())
     _verify(spec("float32"), Path("ckpt"), Path("src"), PROMPTS, tmp_path / "out2", None, unfinished)
     assert engines.calls[-1] == (F32,)
+    (earlier / "report-float32.json").write_text("{not json")  # a file that does not read: run, not fail
+    _verify(spec("float32"), Path("ckpt"), Path("src"), PROMPTS, tmp_path / "out3", None, earlier)
+    assert engines.calls[-1] == (F32,) and len(engines.calls) == 4
