@@ -97,9 +97,18 @@ class StageCache:
     def run(
         self, model: str, stage: str, key: str, fn: Callable[[Path], dict[str, object] | None]
     ) -> StageResult:
-        out = self.root / model / stage / key
+        out = self.folder(model, stage, key)
         with self._claimed(model, stage):
             return self._run(model, stage, key, out, fn)
+
+    def folder(self, model: str, stage: str, key: str) -> Path:
+        """Where the stage's output for ``key`` lives once made (see ``finished``)."""
+        return self.root / model / stage / key
+
+    @staticmethod
+    def finished(folder: Path) -> bool:
+        """Whether ``folder`` holds a stage's whole output (its record is written last)."""
+        return (folder / DONE).is_file()
 
     @contextlib.contextmanager
     def _claimed(self, model: str, stage: str) -> Iterator[None]:
@@ -115,7 +124,7 @@ class StageCache:
         self, model: str, stage: str, key: str, out: Path, fn: Callable[[Path], dict[str, object] | None]
     ) -> StageResult:
         done = out / DONE
-        if done.is_file():
+        if self.finished(out):
             record = json.loads(done.read_text())
             self.log(f"[{model}] {stage}: unchanged, skipped")
             return StageResult(stage, key, out, True, record.get("seconds", 0.0), record.get("info", {}))
@@ -132,7 +141,7 @@ class StageCache:
             raise
         seconds = time.perf_counter() - start
         (tmp / DONE).write_text(json.dumps({"seconds": seconds, "info": info}, indent=1, default=str))
-        if done.is_file():  # another build finished the same stage first: keep its output
+        if self.finished(out):  # another build finished the same stage first: keep its output
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             shutil.rmtree(out, ignore_errors=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.cache import DONE, StageResult, file_hash, tree_hash
+from builder.cache import StageCache, StageResult, file_hash, tree_hash
 from builder.errors import ModelRefused, SpecError, VerificationError
 from builder.failures import guarded, reason
 from builder.llm.choice import Candidate, choose
@@ -123,7 +123,7 @@ def build_llm(spec: LLMSpec, ctx: BuildContext) -> LLMBuild:
     prompts = ctx.spec_dir / spec.evaluation.prompts
     verify_in = verify_inputs(spec, export.key, fingerprint, file_hash(prompts), auto_inputs(spec))
     auto = verify_in.auto
-    earlier = ctx.cache.root / spec.name / verify_in.STAGE / auto_sibling(spec, verify_in)
+    earlier = ctx.cache.folder(spec.name, verify_in.STAGE, auto_sibling(spec, verify_in))
     verify = _run(
         ctx, spec, verify_in, lambda d: _verify(spec, checkpoint, source, prompts, d, auto, earlier)
     )
@@ -207,12 +207,11 @@ def verify_inputs(
 
 
 def auto_sibling(spec: LLMSpec, inputs: LLMVerifyInputs) -> str:
-    """The key ``dtype: auto`` would give this verify stage, every other input the same: its
-    folder holds a report per candidate it ran (``report-<dtype>.json``). Only an explicit float32
-    can find one: auto exports in float32 (its widest candidate), and the export is an input, so an
-    explicit bfloat16, exported in bfloat16, has a sibling key that no build makes."""
-    if inputs.auto is not None:
-        return inputs.key()
+    """The key ``dtype: auto`` would give this verify stage, every other input the same (for an
+    auto spec, its own): its folder holds a report per candidate it ran (``report-<dtype>.json``).
+    Only an explicit float32 can find one: auto exports in float32 (its widest candidate), and the
+    export is an input, so an explicit bfloat16, exported in bfloat16, has a sibling key that no
+    build makes."""
     return verify_inputs(
         spec, inputs.export_key, inputs.source_fingerprint, inputs.prompts_sha256, _auto(spec)
     ).key()
@@ -292,7 +291,7 @@ def _earlier_report(earlier: Path, dtype: LLMDType) -> Info | None:
     auto's engine, which ran beside the other candidate with ``max_num_seqs`` sequences; an explicit
     run batches its prompts alone."""
     try:
-        if not (earlier / DONE).is_file():
+        if not StageCache.finished(earlier):
             return None
         report: Info = json.loads((earlier / f"{REPORT}-{dtype.value}.json").read_text())
     except (OSError, ValueError):  # not run, or pruned meanwhile by another build

@@ -1,6 +1,6 @@
 """The LLM verify stage's inputs and its reports: an explicit dtype that a finished ``dtype: auto``
 verification of the same export, prompts and limits already ran takes that report, no engine of its
-own (a spec that pins the dtype auto chose, or an explicit float32 beside the zoo's auto build)."""
+own (in a real build only float32 can: an explicit float32 beside the zoo's auto build)."""
 
 from __future__ import annotations
 
