@@ -21,10 +21,10 @@ import numpy as np
 import yaml
 
 from builder.estimate.rss import children
+from builder.host import cpu_flags as builder_cpu_flags
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.spec import FACTORY_PATTERN
-from builder.stages.inputs import cpu_flags as builder_cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(
@@ -285,16 +285,14 @@ def workload(repo: Path, served: str, spec: dict[str, Any], feed: Callable[[int]
 
 
 def ort_session(path: Path, threads: int) -> Any:
-    """The session the onnx_runner model creates (same options, same intra-op thread count), but
-    with ONNX Runtime's default spinning workers: alone on the machine they are its fastest."""
-    import onnxruntime as ort
+    """The session the onnx_runner model opens (its runtime's own ``open``, the same intra-op thread
+    count), but with ONNX Runtime's default spinning workers: alone on the machine they are its
+    fastest."""
+    from builder.python_models.shared.runtimes import DEFAULT, runtime
+    from builder.python_models.shared.runtimes.base import INTRA_OP_THREADS
+    from builder.python_models.shared.runtimes.onnxruntime import ALLOW_SPINNING
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return runtime(DEFAULT).open(path, "fp32", {INTRA_OP_THREADS: str(threads), ALLOW_SPINNING: "1"})
 
 
 def in_process(w: Workload, seconds: float) -> dict[str, Any]:

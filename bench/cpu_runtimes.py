@@ -129,7 +129,7 @@ def graph_of(entry: dict[str, Any], variant: str) -> str | None:
 
 
 def published(repo: Path, model: str, variant: str, entry: dict[str, Any]) -> Published:
-    from builder.python_models.shared.onnx_contract import PRECISION, RUNTIME
+    from builder.python_models.shared.runtimes import PRECISION, RUNTIME
 
     name = graph_of(entry, variant)
     assert name is not None
@@ -154,11 +154,11 @@ def sides(repo: Path, model: str, spec: dict[str, Any]) -> dict[str, Published |
 
 def open_sessions(side: Published, count: int) -> list[Any]:
     """``count`` sessions of the folder's graph, opened as the served model opens its own."""
-    from builder.python_models.onnx_runner.runtimes import open_session
+    from builder.python_models.shared.runtimes import open_served
 
     config = side.config()
     params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-    return [open_session(side.onnx, params, config) for _ in range(count)]
+    return [open_served(side.onnx, params, config) for _ in range(count)]
 
 
 def instances(config: dict[str, Any]) -> int:
@@ -418,18 +418,13 @@ def pinning(model: str = "resnet18", rounds: int = 3, seconds: float = 2.0) -> d
 
 
 def compiled(side: Published, pin: bool) -> Any:
-    """The side's graph compiled as its runtime module compiles it, with ENABLE_CPU_PINNING set."""
-    import openvino as ov
-
-    from builder.python_models.onnx_runner.runtimes.openvino import HINTS, OpenVinoSession
-    from builder.python_models.onnx_runner.utils.sizing import threads
+    """The side's graph opened as the served model opens it, with OpenVINO's CPU pinning set."""
+    from builder.python_models.shared.runtimes import instances, runtime
+    from builder.python_models.shared.runtimes.openvino import PINNING
 
     config = side.config()
-    params = {k: v["string_value"] for k, v in config["parameters"].items()}
-    settings = {"INFERENCE_PRECISION_HINT": HINTS[params["precision"]], "PERFORMANCE_HINT": "LATENCY",
-                "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads(params, config)),
-                "ENABLE_CPU_PINNING": pin}  # fmt: skip
-    return OpenVinoSession(ov.Core().compile_model(str(side.onnx), "CPU", settings))
+    params = {k: v["string_value"] for k, v in config["parameters"].items()} | {PINNING: "1" if pin else "0"}
+    return runtime("openvino").open(side.onnx, params["precision"], params, instances=instances(config))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ target objects in ``builder.targets``; this module only assembles messages.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 
 from google.protobuf import text_format
@@ -86,7 +85,7 @@ def python_config(pm: PythonModelSpec, *, queue_policy: bool) -> ModelConfig:
     """A pre/post-processing model; it runs on the CPU on every target."""
     cfg = io_config(pm.name, pm.inputs, pm.outputs, pm.max_batch_size)
     cfg.backend = "python"
-    set_parameters(cfg, {k: _param_str(v) for k, v in pm.parameters.items()})
+    set_parameters(cfg, {k: param_str(v) for k, v in pm.parameters.items()})
     set_batching(cfg, pm.batching, pm.max_batch_size, queue_policy=queue_policy)
     set_instances(cfg, pm.instances.count, KIND_CPU)
     return cfg
@@ -169,14 +168,6 @@ def set_sequence_batching(cfg: ModelConfig, seq: SequenceSpec, *, implicit_state
     cfg.sequence_batching.CopyFrom(sb)
 
 
-def sequence_state_parameter(seq: SequenceSpec) -> str:
-    """The states, as JSON, for a model that keeps them itself (the local target's onnx_sequence)."""
-    states = [
-        runner.StateEntry(input=s.input, output=s.output, dtype=s.dtype.value, dims=s.dims) for s in seq.state
-    ]
-    return json.dumps(states, separators=(",", ":"))
-
-
 def _control_input(controls: Controls, kind: str, name: str) -> ModelSequenceBatching.ControlInput:
     control = ModelSequenceBatching.Control(
         kind=ModelSequenceBatching.Control.Kind.Value(f"CONTROL_SEQUENCE_{kind.upper()}")
@@ -190,22 +181,6 @@ def _control_input(controls: Controls, kind: str, name: str) -> ModelSequenceBat
     return ModelSequenceBatching.ControlInput(name=name, control=[control])
 
 
-def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:
-    """Where Triton's queue policy is left out (Batching.local_queue_policy), the onnx_runner
-    model bounds its own queue with the spec's default policy; empty when there is no bound."""
-    policy = batching.queue
-    if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
-        return {}
-    if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
-        return {}
-    reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing
-    return {
-        runner.MAX_QUEUE_SIZE: str(policy.max_queue_size),
-        runner.QUEUE_TIMEOUT_US: str(policy.default_timeout_us if reject else 0),
-        runner.ALLOW_TIMEOUT_OVERRIDE: _param_str(policy.allow_timeout_override),
-    }
-
-
 def set_instances(cfg: ModelConfig, count: int, kind: str) -> None:
     cfg.instance_group.append(ModelInstanceGroup(count=count, kind=ModelInstanceGroup.Kind.Value(kind)))
 
@@ -214,9 +189,8 @@ def set_warmup(cfg: ModelConfig, model: ModelSpec) -> None:
     """One warm-up sample per batch size; dynamic dims take the first profile's opt shape."""
     if model.warmup is None:
         return
-    batched = model.max_batch_size > 0
     for size in model.warmup.batch_sizes:
-        sample = ModelWarmup(name=f"warmup_batch_{size}", batch_size=size if batched else 1)
+        sample = ModelWarmup(name=f"warmup_batch_{size}", batch_size=size if model.batched else 1)
         sample.count = model.warmup.count
         for t in model.inputs:
             entry = sample.inputs[t.name]
@@ -234,7 +208,8 @@ def _dtype(t: TensorSpec) -> int:
     return int(DataType.Value(triton_type(t.dtype)))
 
 
-def _param_str(value: str | int | float | bool) -> str:
+def param_str(value: str | int | float | bool) -> str:
+    """A parameter's string value as Triton's configs write it (``true``/``false`` for a bool)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -1,33 +1,27 @@
 """The build: spec → per-model stages → engines → a repository, published atomically.
 
-Each stage is a plain function from the spec and earlier artifacts to files on
-disk, run through the stage cache under the key of its declared inputs
-(``builder.stages.inputs``): a stage whose inputs did not change is skipped, so a
-rebuild with nothing changed does no work at all. The target decides what the
-repository holds; the repository writer only writes it.
-
-Stage modules import torch and ONNX Runtime, so each stage body imports its module
-when it runs: a rebuild with nothing changed stays under a second.
+This module conducts: which stages each model runs and in which order (``MODEL_STAGES``, then
+``GRAPH_STAGES`` per precision, then a verification per variant), and what their failures mean.
+Each stage is a module of ``builder/stages/`` holding its inputs, its body and the code its key
+covers (``builder/stages/base.py``), run through the stage cache: a stage whose inputs did not
+change is skipped, so a rebuild with nothing changed does no work at all. The target decides
+what the repository holds; the repository writer only writes it.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import Protocol, TypeVar
 
 from builder import repository
-from builder.cache import StageCache, StageResult, cache_root, file_hash
+from builder.cache import StageCache, StageResult, cache_root
 from builder.engines.build import EngineInput, build_all
 from builder.engines.detect import detect
 from builder.errors import ModelRefused, SpecError, UserError, VerificationError
-from builder.failures import guarded, reason
+from builder.failures import reason
 from builder.llm.build import build_llm, check_llm_paths
 from builder.records import (
     BuildContext,
@@ -36,31 +30,22 @@ from builder.records import (
     EngineSummary,
     LeftOut,
     ModelBuild,
-    ReportJson,
     VerificationReport,
 )
-from builder.sources import export, source_of
-from builder.spec import ModelSpec, Precision, Runtime, Smoothing, Spec, Variant, load_spec
-from builder.stages.inputs import (
-    CheckInputs,
-    ExportInputs,
-    Fp16Inputs,
-    Int8DynamicInputs,
-    Int8Inputs,
-    Int8RangesInputs,
-    Int8Recipe,
-    ReferenceInputs,
-    StageInputs,
-    VerifyInputs,
-    data_fingerprint,
-    int8_recipe,
-    kernel_flags,
-)
+from builder.sources import source_of
+from builder.spec import ONNXRUNTIME, ModelSpec, Precision, Spec, Variant, load_spec
+from builder.stages.base import GRAPH, ModelJob, Stage, run_stage
+from builder.stages.check import CHECK
+from builder.stages.export import EXPORT
+from builder.stages.fp16 import FP16
+from builder.stages.int8 import INT8
+from builder.stages.int8 import TABLE as CALIBRATION_TABLE
+from builder.stages.int8_dynamic import INT8_DYNAMIC
+from builder.stages.int8_ranges import INT8_RANGES
+from builder.stages.reference import REFERENCE
+from builder.stages.verify import Verify
 from builder.targets import TARGETS, Target, resolve
 from builder.targets.base import unknown_serve_targets
-
-Info = dict[str, object]
-Samples = dict[str, NDArray[Any]]
 
 
 class _Entry(Protocol):
@@ -157,55 +142,48 @@ def _check_before_stages(ctx: BuildContext) -> None:
         check_llm_paths(llm, ctx)
 
 
+# The stages every core model runs first, in order: its graph, checked, and the truth its variants
+# are held to. A refusal of the model there is the user's (one line, exit status 2).
+MODEL_STAGES: tuple[Stage, ...] = (EXPORT, CHECK, REFERENCE)
+# The stages that make each precision's graph, in order, the last one writing it (none: the
+# checked FP32 graph itself; bf16 runs the FP32 graph). A refusal there drops the precision.
+GRAPH_STAGES: dict[Precision, tuple[Stage, ...]] = {
+    Precision.FP16: (FP16,),
+    Precision.INT8: (INT8_RANGES, INT8),
+    Precision.INT8_DYNAMIC: (INT8_DYNAMIC,),
+}
+
+
 def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBuild:
     out = ModelBuild(model)
-    source_fp = source_fingerprint(model, ctx)
-    export = _run_user(ctx, model, ExportInputs(
-        source=model.source, source_fingerprint=source_fp, inputs=model.inputs, outputs=model.outputs,
-        max_batch_size=model.max_batch_size, profiles=model.profiles, opset=model.opset,
-    ), lambda d: _export(model, ctx, d))  # fmt: skip
-    check = _run_user(ctx, model, CheckInputs(
-        exported_sha256=_sha(export), inputs=model.inputs, outputs=model.outputs,
-        max_batch_size=model.max_batch_size, simplify=model.simplify, profiles=model.profiles,
-        sequence=model.sequence,
-    ), lambda d: _check(model, ctx, export.out / "model.onnx", d))  # fmt: skip
-    reference = _run_user(ctx, model, ReferenceInputs(
-        exported_sha256=_sha(export), source_fingerprint=source_fp,
-        evaluation=_evaluation(model, ctx),
-        sequence=model.sequence,
-    ), lambda d: _reference(model, ctx, export.out / "model.onnx", d))  # fmt: skip
-    out.stages += [export, check, reference]
-    out.reference_dir = reference.out
-    _variants(model, check, ctx, target, out)
+    job = ModelJob(model, ctx, source_of(model), tensorrt=target.builds_engines)
+    out.stages += [_run_user(job, stage) for stage in MODEL_STAGES]
+    out.reference_dir = job.result(REFERENCE.name).out
+    _variants(job, out)
     for variant, path in list(out.variants.items()):
+        verify = Verify(variant, path)
         try:
-            out.reports[variant] = _verified(model, variant, path, reference, ctx, out)
+            result = run_stage(job, verify)
         except ModelRefused as exc:  # a runtime refusing the variant's file, or failing to run it
             del out.variants[variant]
-            out.reports[variant] = _dropped(variant, f"verify-{variant.name}", exc)
+            out.reports[variant] = _dropped(variant, verify.name, exc)
+            continue
+        out.stages.append(result)
+        out.reports[variant] = Verify.report(result.info)
     _report_failures(out, ctx)
     return out
 
 
-def _evaluation(model: ModelSpec, ctx: BuildContext) -> str:
-    """The reference's data in its key: the evaluation data, or synthetic samples at the opt shapes."""
-    if model.evaluation is not None:
-        return data_fingerprint(model.evaluation, ctx.spec_dir)
-    return f"synthetic:{[model.shape_range(t).opt for t in model.inputs]}"
-
-
-def _run_user(
-    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info]
-) -> StageResult:
+def _run_user(job: ModelJob, stage: Stage) -> StageResult:
     """A stage reading the user's model: a refusal of it ends as one line naming the model, the
     stage and the log that keeps its traceback (exit status 2)."""
     try:
-        return _run(ctx, model, inputs, body)
+        return run_stage(job, stage)
     except ModelRefused as exc:
         raise SpecError(
-            f"{inputs.STAGE} stage failed: {reason(exc)}",
-            file=ctx.spec_file,
-            model=model.name,
+            f"{stage.name} stage failed: {reason(exc)}",
+            file=job.ctx.spec_file,
+            model=job.model.name,
             field="source",
         ) from exc
 
@@ -215,62 +193,41 @@ def _dropped(variant: Variant, stage: str, exc: ModelRefused) -> VerificationRep
     return VerificationReport(variant, False, {}, [f"{stage} stage failed: {reason(exc)}"])
 
 
-def _run(
-    ctx: BuildContext, model: ModelSpec, inputs: StageInputs, body: Callable[[Path], Info], stage: str = ""
-) -> StageResult:
-    stage = stage or inputs.STAGE
-    log = ctx.cache.root / model.name / f"{stage}.failure.log"
-    return ctx.cache.run(
-        model.name,
-        stage,
-        inputs.key(),
-        guarded(body, model=model.name, stage=stage, user_code=ctx.spec_dir, log=log),
-    )
-
-
-def _sha(stage: StageResult) -> str:
-    return str(stage.info["sha256"])
-
-
-def _variants(
-    model: ModelSpec, check: StageResult, ctx: BuildContext, target: Target, out: ModelBuild
-) -> None:
+def _variants(job: ModelJob, out: ModelBuild) -> None:
     """Each precision's graph, then every variant (a precision on a runtime) whose graph was made."""
-    graphs = _graphs(model, check, ctx, target, out)
-    for variant in model.variants():
+    graphs = _graphs(job, out)
+    for variant in job.model.variants():
         graph = graphs.get(variant.precision.graph)
         if graph is not None:
             out.variants[variant] = graph
 
 
-def _graphs(
-    model: ModelSpec, check: StageResult, ctx: BuildContext, target: Target, out: ModelBuild
-) -> dict[Precision, Path]:
-    """The ONNX graph of each precision (bf16 runs the FP32 graph); a precision that cannot be
-    made is reported on each of its variants. A graph that is already quantized is not quantized
-    or halved again: it is served as it comes (its own precision), as the fp32 variant."""
-    fp32 = check.out / "model.onnx"
+def _graphs(job: ModelJob, out: ModelBuild) -> dict[Precision, Path]:
+    """The ONNX graph of each precision; a precision that cannot be made is reported on each of its
+    variants. A graph that is already quantized is not quantized or halved again: it is served as
+    it comes (its own precision), as the fp32 variant."""
+    model = job.model
     graphs: dict[Precision, Path] = {}
-    quantized = _already_quantized(check)
+    quantized = _already_quantized(job.result(CHECK.name))
     for precision in dict.fromkeys(p.graph for p in model.precisions):
         if quantized and precision is not Precision.FP32:
             _refuse(model, precision, out, ModelRefused(f"the graph is already quantized ({quantized})"))
             continue
         try:
-            stages = _variant(model, precision, fp32, check, ctx, target)
+            made = [run_stage(job, stage) for stage in GRAPH_STAGES.get(precision, ())]
         except ModelRefused as exc:  # onnxruntime.quantization and ORT refuse some graphs
             _refuse(model, precision, out, exc)
             continue
-        if not stages:
-            graphs[precision] = fp32
+        if not made:
+            graphs[precision] = job.graph(CHECK.name)
             continue
-        out.stages += stages
-        variant = stages[-1]
-        if variant.info.get("note"):
-            ctx.log(f"[{model.name}] variant {precision.value}: {variant.info['note']}")
-        graphs[precision] = variant.out / "model.onnx"
-        if precision is Precision.INT8 and (variant.out / "calibration.cache").is_file():
-            out.calibration_table = variant.out / "calibration.cache"
+        out.stages += made
+        last = made[-1]
+        if last.info.get("note"):
+            job.ctx.log(f"[{model.name}] variant {precision.value}: {last.info['note']}")
+        graphs[precision] = last.out / GRAPH
+        if (last.out / CALIBRATION_TABLE).is_file():
+            out.calibration_table = last.out / CALIBRATION_TABLE
     return graphs
 
 
@@ -285,183 +242,6 @@ def _already_quantized(check: StageResult) -> str:
     check stage counted it, so a rebuild with nothing changed reads no graph."""
     ops = check.info.get("quantized")
     return ", ".join(f"{n} {op}" for op, n in ops.items()) if isinstance(ops, dict) else ""
-
-
-def _variant(
-    model: ModelSpec, precision: Precision, fp32: Path, check: StageResult, ctx: BuildContext, target: Target
-) -> tuple[StageResult, ...]:
-    """The stages that make the precision's graph, the one that writes it last (none for fp32)."""
-    checked = _sha(check)
-    if precision is Precision.FP16:
-        return (_run(ctx, model, Fp16Inputs(checked_sha256=checked), lambda d: _fp16(fp32, d)),)
-    if precision is Precision.INT8:
-        assert model.calibration is not None  # the spec requires it for int8
-        ranges_in = Int8RangesInputs(
-            checked_sha256=checked, calibration=model.calibration,
-            data=data_fingerprint(model.calibration, ctx.spec_dir), opset=_opset_conversion(check),
-        )  # fmt: skip
-        ranges = _run(ctx, model, ranges_in, lambda d: _int8_ranges(model, ctx, fp32, d))
-        recipe = int8_recipe(target.builds_engines, model)
-        inputs = Int8Inputs(ranges_key=ranges.key, recipe=recipe.fields())
-        return ranges, _run(ctx, model, inputs, lambda d: _int8(model, ctx, fp32, ranges, recipe, d))
-    if precision is Precision.INT8_DYNAMIC:
-        smooth = model.int8_dynamic.smooth
-        data = data_fingerprint(model.calibration, ctx.spec_dir) if smooth and model.calibration else None
-        dyn = Int8DynamicInputs(checked_sha256=checked, options=model.int8_dynamic, data=data)
-        return (_run(ctx, model, dyn, lambda d: _int8_dynamic(model, ctx, fp32, d)),)
-    return ()
-
-
-def _opset_conversion(check: StageResult) -> dict[str, bool]:
-    """In the int8 key where the checked graph is below opset 13 (converted, or per tensor)."""
-    opset = check.info.get("opset")
-    return {"below_opset_13": True} if isinstance(opset, int) and opset < 13 else {}
-
-
-def _verified(
-    model: ModelSpec,
-    variant: Variant,
-    path: Path,
-    reference: StageResult,
-    ctx: BuildContext,
-    out: ModelBuild,
-) -> VerificationReport:
-    inputs = VerifyInputs(
-        variant_sha256=file_hash(path), reference_key=reference.key,
-        tolerance=model.tolerances[variant.precision], opt_batch=model.opt_batch(),
-        threads=model.serve.threads, runtime=variant.runtime.value, precision=variant.precision.value,
-        cpu=kernel_flags(),
-    )  # fmt: skip
-    verify = _run(ctx, model, inputs, lambda d: _verify(model, variant, path, reference.out),
-                  stage=f"verify-{variant.name}")  # fmt: skip
-    out.stages.append(verify)
-    return VerificationReport.from_json(cast(ReportJson, verify.info))
-
-
-# Stage bodies: each writes into its folder and returns what the cache records.
-
-
-def _export(model: ModelSpec, ctx: BuildContext, out: Path) -> Info:
-    path = export(model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, out=out / "model.onnx")
-    return _artifact(path)
-
-
-def _check(model: ModelSpec, ctx: BuildContext, onnx_in: Path, out: Path) -> Info:
-    from builder.stages.check import check, graph_opset
-    from builder.stages.quantized import quantized_ops
-
-    checked = check(model, onnx_in, out / "model.onnx", spec_file=ctx.spec_file)
-    return _artifact(checked) | {"opset": graph_opset(checked), "quantized": quantized_ops(checked)}
-
-
-def _reference(model: ModelSpec, ctx: BuildContext, exported: Path, out: Path) -> Info:
-    """Evaluation inputs and the source model's outputs on them (the verification truth)."""
-    from builder.data import load_samples, synthetic_samples
-    from builder.stages.verify import run_model, session
-
-    if model.evaluation is None:
-        inputs = synthetic_samples(model, spec_dir=ctx.spec_dir, graph=exported, log=ctx.log)
-    else:
-        inputs = load_samples(
-            model.evaluation, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="evaluation"
-        )
-    reference = None
-    if model.sequence is None:  # a stateful one is checked against the ONNX loop
-        reference = source_of(model).reference(
-            model, inputs, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, log=out / "reference.log"
-        )
-    against = "pytorch" if reference is not None else "onnx"
-    if reference is None:
-        reference = run_model(session(exported), model, inputs)
-    np.savez(out / "inputs.npz", **inputs)
-    np.savez(out / "reference.npz", **reference)
-    samples = len(next(iter(inputs.values())))
-    return {"samples": samples, "against": against}
-
-
-def _fp16(fp32: Path, out: Path) -> Info:
-    from builder.stages.fp16 import convert_fp16
-
-    return _artifact(convert_fp16(fp32, out / "model.onnx"))
-
-
-def _int8_ranges(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> Info:
-    """The (smoothed) graph ready for quantize_static and its calibration, for every recipe."""
-    from builder.stages.quantize import calibrate_int8
-
-    assert model.calibration is not None
-    samples = _calibration_samples(model, ctx)
-    source = _smoothed(fp32, model.calibration.smooth, samples, out)
-    calibrated = calibrate_int8(model, source, samples, out)
-    (out / "smoothed.onnx").unlink(missing_ok=True)
-    return calibrated.to_info() | {"smoothed": source != fp32}
-
-
-def _int8(
-    model: ModelSpec, ctx: BuildContext, fp32: Path, ranges: StageResult, recipe: Int8Recipe, out: Path
-) -> Info:
-    from builder.stages.quantize import Calibrated, quantize_calibrated
-
-    # A smoothed source is not the graph TensorRT parses (fp32): its table is calibrated apart.
-    source = ranges.out / "smoothed.onnx" if ranges.info["smoothed"] else fp32
-    calibrated = Calibrated.read(ranges.out, source, ranges.info)
-    samples = _calibration_samples(model, ctx) if recipe.calibration_table else None
-    result = quantize_calibrated(model, calibrated, out, recipe, samples=samples, tensorrt_graph=fp32)
-    _settle(result.onnx, out / "model.onnx")
-    if result.calibration_table is not None:
-        _settle(result.calibration_table, out / "calibration.cache")
-    return _artifact(out / "model.onnx") | ({"note": result.note} if result.note else {})
-
-
-def _int8_dynamic(model: ModelSpec, ctx: BuildContext, fp32: Path, out: Path) -> Info:
-    from builder.stages.quantize import quantize_int8_dynamic
-
-    source = fp32
-    if model.int8_dynamic.smooth is not None:
-        source = _smoothed(fp32, model.int8_dynamic.smooth, _calibration_samples(model, ctx), out)
-    _settle(quantize_int8_dynamic(model, source, out), out / "model.onnx")
-    (out / "smoothed.onnx").unlink(missing_ok=True)
-    return _artifact(out / "model.onnx")
-
-
-def _calibration_samples(model: ModelSpec, ctx: BuildContext) -> Samples:
-    from builder.data import load_samples
-
-    assert model.calibration is not None
-    return load_samples(
-        model.calibration, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="calibration"
-    )
-
-
-def _smoothed(fp32: Path, smooth: Smoothing | None, samples: Samples, out: Path) -> Path:
-    """The FP32 graph with MatMul-input outliers smoothed away, or ``fp32`` itself."""
-    if smooth is None:
-        return fp32
-    from builder.stages.smoothing import smooth_matmul_inputs
-
-    try:
-        return smooth_matmul_inputs(
-            fp32, out / "smoothed.onnx", samples, alpha=smooth.alpha, nodes=smooth.nodes or None
-        )
-    except ValueError as exc:
-        raise SpecError(str(exc), field="smooth.nodes") from None
-
-
-def _verify(model: ModelSpec, variant: Variant, path: Path, ref_dir: Path) -> Info:
-    from builder.stages.verify import verify_variant
-
-    inputs = dict(np.load(ref_dir / "inputs.npz", allow_pickle=False))
-    reference = dict(np.load(ref_dir / "reference.npz", allow_pickle=False))
-    return dict(verify_variant(model, variant, path, inputs, reference).to_json())
-
-
-def _artifact(path: Path) -> Info:
-    return {"sha256": file_hash(path), "bytes": path.stat().st_size}
-
-
-def _settle(produced: Path, wanted: Path) -> None:
-    if produced.resolve() != wanted.resolve():
-        shutil.move(produced, wanted)
 
 
 # The engine stage: TensorRT plans for every model, where the target builds engines.
@@ -490,7 +270,7 @@ def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOption
 
 def _onnxruntime(variants: list[Variant]) -> list[Precision]:
     """The precisions verified on ONNX Runtime: the graphs TensorRT plans are checked against."""
-    return [v.precision for v in variants if v.runtime is Runtime.ONNXRUNTIME]
+    return [v.precision for v in variants if v.runtime == ONNXRUNTIME]
 
 
 def _served_precision(b: ModelBuild) -> Precision | None:
@@ -511,13 +291,6 @@ def _report_failures(b: ModelBuild, ctx: BuildContext) -> None:
             model=b.spec.name,
             field="tolerances",
         )
-
-
-# Fingerprints: what a stage's key must change with.
-
-
-def source_fingerprint(model: ModelSpec, ctx: BuildContext) -> str:
-    return source_of(model).fingerprint(model, ctx.spec_dir)
 
 
 def _check_paths(model: ModelSpec, ctx: BuildContext) -> None:

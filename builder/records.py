@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from builder.cache import StageCache, StageResult
 from builder.errors import UserError
-from builder.spec import ModelSpec, Precision, Runtime, Spec, Variant
+from builder.spec import ONNXRUNTIME, ModelSpec, Precision, Spec, Variant
 from builder.spec.llm import LLMDType, LLMSpec
 
 Log = Callable[[str], None]
@@ -126,7 +126,7 @@ class VerificationReport:
     def to_json(self) -> ReportJson:
         return ReportJson(
             precision=self.variant.precision.value,
-            runtime=self.variant.runtime.value,
+            runtime=self.variant.runtime,
             passed=self.passed,
             metrics={name: m.to_json() for name, m in self.metrics.items()},
             failures=list(self.failures),
@@ -138,7 +138,7 @@ class VerificationReport:
     @classmethod
     def from_json(cls, raw: ReportJson) -> VerificationReport:
         metrics = {name: OutputMetrics.from_json(m) for name, m in raw["metrics"].items()}
-        variant = Variant(Precision(raw["precision"]), Runtime(raw.get("runtime", Runtime.ONNXRUNTIME.value)))
+        variant = Variant(Precision(raw["precision"]), raw.get("runtime", ONNXRUNTIME))
         return cls(variant, bool(raw["passed"]), metrics, list(raw["failures"]),
                    _num(raw["ms_per_sample"]), raw.get("computed_in"),
                    _num(raw.get("batch_max_diff")))  # fmt: skip
@@ -177,9 +177,9 @@ class ModelBuild:
     def passed(self) -> list[Variant]:
         return [v for v in self.variants if self.reports[v].passed]
 
-    def graphs(self, runtime: Runtime = Runtime.ONNXRUNTIME) -> dict[Precision, Path]:
+    def graphs(self, runtime: str = ONNXRUNTIME) -> dict[Precision, Path]:
         """The ONNX graph of each precision ``runtime`` verified (what TensorRT plans start from)."""
-        return {v.precision: path for v, path in self.variants.items() if v.runtime is runtime}
+        return {v.precision: path for v, path in self.variants.items() if v.runtime == runtime}
 
     @property
     def seconds(self) -> float:

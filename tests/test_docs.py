@@ -52,7 +52,7 @@ def test_the_example_source_is_complete_and_exports_and_runs_its_archive(tmp_pat
     from builder.errors import SpecError
     from builder.sources import ModelSource
     from builder.stages.export import write_onnx
-    from builder.stages.verify import run_onnx
+    from builder.stages.runtimes import run_onnx
     from tests.builder.sources.entries import model
 
     (code,) = [c for c in blocks(ROOT / "docs" / "sources.md", "python") if "class TorchScriptSource" in c]
@@ -71,3 +71,76 @@ def test_the_example_source_is_complete_and_exports_and_runs_its_archive(tmp_pat
     load = lambda: source.load(entry, tmp_path, tmp_path / "models.yaml")  # noqa: E731
     exported = write_onnx(entry, load, spec_file=tmp_path / "models.yaml", out=tmp_path / "m.onnx")
     np.testing.assert_array_equal(run_onnx(exported, {"x": x}, batch_size=0)["y"], np.maximum(x, 0))
+
+
+def _module_code(doc: str, marker: str) -> str:
+    (code,) = [c for c in blocks(ROOT / "docs" / doc, "python") if marker in c]
+    return code
+
+
+def test_the_example_runtime_is_one_module_and_one_registry_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md's runtime, run as a module of the runtimes package: registered by its
+    line, it is a variant the spec takes and the stages open, or refuse in one line where this
+    onnxruntime has no XNNPACK provider."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from builder.errors import ModelRefused
+    from builder.python_models.shared import runtimes
+    from builder.spec import Variant
+    from builder.stages.runtimes import open_variant
+    from tests.builder.python_models.shared.runtimes.graphs import matmul
+
+    package = "builder.python_models.shared.runtimes"
+    module: dict[str, object] = {"__name__": f"{package}.xnnpack", "__package__": package}
+    exec(compile(_module_code("architecture.md", "class Xnnpack"), "docs/architecture.md", "exec"), module)
+    line = _module_code("architecture.md", "RUNTIMES: dict[str, CpuRuntime]")
+    registry: dict[str, object] = {**vars(runtimes), "Xnnpack": module["Xnnpack"]}
+    exec(compile(line, "docs/architecture.md", "exec"), registry)
+    registered: dict[str, object] = registry["RUNTIMES"]  # type: ignore[assignment]
+    assert list(registered) == ["onnxruntime", "openvino", "xnnpack"]
+    monkeypatch.setitem(runtimes.RUNTIMES, "xnnpack", registered["xnnpack"])
+    variant = Variant.parse("fp32_xnnpack")
+    path = matmul(tmp_path / "model.onnx")
+    if "XnnpackExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(ModelRefused, match="no XNNPACK execution provider"):
+            open_variant(variant, path)
+        return
+    x = np.ones((2, 16), np.float32)
+    assert open_variant(variant, path).run(["y"], {"x": x})[0].shape == (2, 8)
+
+
+def test_the_example_stage_makes_the_fp16_graph_through_the_stage_cache(tiny_project: Path) -> None:
+    """docs/architecture.md's stage, run by the stage cache after the real export and check."""
+    import numpy as np
+
+    from builder.cache import StageCache
+    from builder.records import BuildContext
+    from builder.sources import source_of
+    from builder.spec import load_spec
+    from builder.stages.base import GRAPH, ModelJob, run_stage
+    from builder.stages.check import CHECK
+    from builder.stages.export import EXPORT
+    from builder.stages.runtimes import ort_session
+
+    module: dict[str, object] = {"__name__": "builder.stages.fp16_ort"}
+    exec(compile(_module_code("architecture.md", "class Fp16Ort"), "docs/architecture.md", "exec"), module)
+    spec_file = tiny_project / "models.yaml"
+    spec = load_spec(spec_file)
+    model = spec.models[0]
+    ctx = BuildContext(
+        spec, spec_file, tiny_project, StageCache(tiny_project / "cache", lambda _: None), print
+    )
+    job = ModelJob(model, ctx, source_of(model))
+    run_stage(job, EXPORT)
+    run_stage(job, CHECK)
+    made = run_stage(job, module["FP16_ORT"])  # type: ignore[arg-type]
+    again = run_stage(job, module["FP16_ORT"])  # type: ignore[arg-type]
+    assert made.name == "fp16" and again.skipped and again.key == made.key
+    x = np.random.default_rng(0).normal(size=(2, 16)).astype(np.float32)
+    name = model.inputs[0].name
+    half = ort_session(made.out / GRAPH).run(None, {name: x})[0]
+    full = ort_session(job.graph(CHECK.name)).run(None, {name: x})[0]
+    np.testing.assert_allclose(half, full, rtol=0.05, atol=0.05)

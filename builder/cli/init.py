@@ -20,10 +20,11 @@ import yaml
 
 from builder.errors import SpecError
 from builder.sources import SOURCES, InitRequest
-from builder.spec import ModelSourceKind, Runtime, load_spec
+from builder.spec import ModelSourceKind, load_spec
 from builder.spec.checkpoint import Task
 from builder.spec.kinds import model_source_kind
 from builder.spec.probe import probe_record
+from builder.spec.variant import runtime_names
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--evaluation", help="an .npz of samples the variants are verified on (default: random)")
     p.add_argument(
         "--runtime",
-        choices=[r.value for r in Runtime],
+        choices=runtime_names(),
         help="verify and serve on this runtime only (default: every runtime, the fastest verified serves)",
     )
     p.add_argument(

@@ -32,7 +32,10 @@ from builder.publish import (
 from builder.records import EngineSummary, Log
 from builder.repository import MANIFEST
 from builder.spec import ModelSpec, Precision, Spec, Variant
-from builder.stages.inputs import CheckInputs, Fp16Inputs, Int8Inputs, ReferenceInputs
+from builder.stages.check import CheckInputs
+from builder.stages.fp16 import Fp16Inputs
+from builder.stages.int8 import Int8Inputs
+from builder.stages.reference import ReferenceInputs
 from builder.targets.writer import link, link_tree
 
 Json = dict[str, Any]  # manifest.json as json.loads reads it

@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.request import BuildRequest
+from builder.stages.base import tool_version
 from builder.stages.code import code_fingerprint
-from builder.stages.inputs import tool_version
 
 FORMAT = 1
 ENGINE_CODE = ("builder.engines.worker",)  # the build process: it builds, runs and times the plan

@@ -27,7 +27,7 @@ def profile_shapes(model: ModelSpec) -> list[ProfileShapes]:
     """Full shapes (batch axis included when ``max_batch_size > 0``) per profile.
 
     Empty when every shape is fixed: TensorRT needs no profile then."""
-    batched = model.max_batch_size > 0
+    batched = model.batched
     if not batched and not any(t.dynamic for t in model.inputs):
         return []
     out = []

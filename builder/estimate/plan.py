@@ -100,7 +100,7 @@ def elem_bytes_for(device: str, precision: Precision):  # type: ignore[no-untype
 
 def max_shapes(model: ModelSpec) -> dict[str, list[int]]:
     """Every input at the max batch and the first profile's max non-batch shape."""
-    batch = [model.max_batch_size] if model.max_batch_size > 0 else []
+    batch = [model.max_batch_size] if model.batched else []
     return {t.name: batch + list(model.shape_range(t).max) for t in model.inputs}
 
 

@@ -89,7 +89,7 @@ def max_shape_request(model: ModelSpec, url: str, name: str) -> None:
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(url.split("://", 1)[1], network_timeout=300)
-    batch = [model.max_batch_size] if model.max_batch_size > 0 else []
+    batch = [model.max_batch_size] if model.batched else []
     inputs = []
     rng = np.random.default_rng(0)
     for t in model.inputs:

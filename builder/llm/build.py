@@ -1,6 +1,6 @@
 """The LLM kind's stages through the stage cache: export, check, verify.
 
-Each stage declares its inputs like the ONNX stages do (``builder.stages.inputs``), so a
+Each stage declares its inputs like the ONNX stages do (``builder.stages.base.StageInputs``), so a
 rebuild with nothing changed skips all three, and a new vLLM or transformers re-runs
 exactly the stages they take part in. The check and verify modules import transformers, so
 those bodies import them when they run.
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from builder.cache import StageCache, StageResult, file_hash, tree_hash
 from builder.errors import ModelRefused, SpecError, VerificationError
 from builder.failures import guarded, reason
+from builder.host import BF16_FLAGS, cpu_has_native_bf16
 from builder.llm.choice import Candidate, choose
 from builder.llm.export import export, resolve_source
 from builder.llm.lora import check_adapter, check_adapter_folder, copy_adapter, resolve_adapters
@@ -26,7 +27,7 @@ from builder.records import BuildContext, LLMBuild, LLMVerdict
 from builder.sources import llm_source_of
 from builder.spec import OmitsUnset
 from builder.spec.llm import AUTO_CANDIDATES, DTypeSetting, Evaluation, LLMDType, LLMSpec, LongLane
-from builder.stages.inputs import BF16_FLAGS, StageInputs, cpu_has_native_bf16
+from builder.stages.base import StageInputs
 
 CHECKPOINT = "checkpoint"
 Info = dict[str, object]
@@ -84,7 +85,7 @@ class LLMVerifyInputs(StageInputs, OmitsUnset):
         "builder.llm.build:_verify",
         "builder.llm.build:auto_sibling",  # which earlier stage _verify may take a report from
     )
-    LATER = ("auto",)
+    OMITTED_WHILE_UNSET = ("auto",)
     export_key: str
     source_fingerprint: str
     evaluation: Evaluation

@@ -4,12 +4,13 @@ needs, copied whole into a repository's version folder (``<model>/1/``) by ``cop
 python_backend puts the version folder on ``sys.path`` and imports ``model.py`` as ``<version>.model``,
 so a model's modules import each other relatively (``from .utils.lanes import ...``), there as in the
 project. They import nothing of the project. A module several models need (a contract shared with
-the builder and the clients, a helper) is one file that each package links to; copying follows the
-link, so the repository holds a plain file.
+the builder and the clients, a helper) is one file that each package links to, and a package several
+need (``shared/runtimes``) one folder; copying follows the links, so the repository holds plain files.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,9 +26,11 @@ def package(name: str) -> Path:
 def model_sources(folder: Path) -> dict[str, Path]:
     """Every module of the model package ``folder``, by its path in the version folder: ``model.py``,
     the modules beside it and those of its subpackages (folders with an ``__init__.py``). Not the
-    package's own ``__init__.py``: the version folder is imported as a namespace package."""
+    package's own ``__init__.py``: the version folder is imported as a namespace package. A linked
+    subpackage (``runtimes``) is followed like a folder of its own."""
     sources: dict[str, Path] = {}
-    for path in sorted(folder.rglob("*.py")):
+    found = (Path(top) / name for top, _, names in os.walk(folder, followlinks=True) for name in names)
+    for path in sorted(p for p in found if p.suffix == ".py"):
         relative = path.relative_to(folder)
         if relative == Path("__init__.py") or "__pycache__" in relative.parts:
             continue

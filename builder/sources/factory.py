@@ -17,7 +17,7 @@ from builder.sources.base import InitRequest, Samples, torch_outputs
 from builder.sources.onnx_file import onnx_path
 from builder.spec import ModelSpec
 from builder.stages.export import is_torch_module
-from builder.stages.inputs import module_fingerprint
+from builder.stages.fingerprints import module_fingerprint
 
 
 class FactorySource:

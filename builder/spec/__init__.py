@@ -38,11 +38,12 @@ from builder.spec.kinds import ModelSourceKind as ModelSourceKind  # re-exported
 from builder.spec.kinds import model_source_kind
 from builder.spec.llm import LLMSpec
 from builder.spec.sequence import SequenceSpec, check_sequence
-from builder.spec.variant import RUNS, variants_of
+from builder.spec.variant import ONNXRUNTIME as ONNXRUNTIME
 from builder.spec.variant import Precision as Precision  # re-exported: the spec's precisions
-from builder.spec.variant import Runtime as Runtime
+from builder.spec.variant import RuntimeName as RuntimeName
 from builder.spec.variant import Variant as Variant
 from builder.spec.variant import as_variant as as_variant
+from builder.spec.variant import runs_on, runtime_names, variants_of
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 
@@ -54,15 +55,16 @@ class Strict(BaseModel):
 
 
 class OmitsUnset(BaseModel):
-    """Fields added after stage and repository keys existed (``LATER``) are left out of the dump
-    while unset, so that the keys of specs that do not use them stay what they were."""
+    """The fields named in ``OMITTED_WHILE_UNSET`` (added after stage and repository keys existed)
+    are left out of the dump while unset, so that the keys of specs that do not use them stay what
+    they were."""
 
-    LATER: ClassVar[tuple[str, ...]] = ()
+    OMITTED_WHILE_UNSET: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
-    def _omit_unset_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in self.LATER:
+        for name in self.OMITTED_WHILE_UNSET:
             if getattr(self, name) is None:
                 data.pop(name, None)
         return data
@@ -85,7 +87,7 @@ class TensorSpec(Strict, OmitsUnset):
     optional: bool = False
     format: ImageFormat | None = None  # inputs only: what Triton's image clients read
 
-    LATER = ("format",)
+    OMITTED_WHILE_UNSET = ("format",)
 
     @model_validator(mode="after")
     def _layout_matches_dims(self) -> TensorSpec:
@@ -284,9 +286,9 @@ class Serve(OmitsUnset):
     # other load, so `tritonforge tune` measures it.
     # The cpu target's onnxruntime backend has no such setting: it is not written there.
     spinning: bool | None = None
-    runtime: Runtime | None = None  # the runtime every target serves on; unset = the fastest verified
+    runtime: RuntimeName | None = None  # the runtime every target serves on; unset = the fastest verified
 
-    LATER = ("spinning", "runtime")
+    OMITTED_WHILE_UNSET = ("spinning", "runtime")
 
     def variants(self) -> dict[str, Precision | list[Precision]]:
         return dict(self.__pydantic_extra__ or {})
@@ -319,7 +321,7 @@ class ModelSpec(Strict, OmitsUnset):
     precisions: Annotated[list[Precision], Field(min_length=1)] = [Precision.FP32]
     # The runtimes each precision is verified and timed on; unset: every runtime (a runtime that
     # cannot be had on the building host is left out there, saying why).
-    runtimes: Annotated[list[Runtime], Field(min_length=1)] | None = None
+    runtimes: Annotated[list[RuntimeName], Field(min_length=1)] | None = None
     calibration: Calibration | None = None
     int8_dynamic: DynamicInt8 = DynamicInt8()
     evaluation: DataSpec | None = None  # unset: seeded random samples at the profile's opt shapes
@@ -331,7 +333,7 @@ class ModelSpec(Strict, OmitsUnset):
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
 
-    LATER = ("sequence", "task", "runtimes")
+    OMITTED_WHILE_UNSET = ("sequence", "task", "runtimes")
     _source_kind: ModelSourceKind = PrivateAttr()
 
     @field_validator("source")
@@ -385,7 +387,7 @@ class ModelSpec(Strict, OmitsUnset):
                 raise ValueError(
                     f"batching.preferred_batch_sizes: {size} is above max_batch_size {self.max_batch_size}"
                 )
-        if self.max_batch_size == 0 and self.batching.enabled and self.batching.preferred_batch_sizes:
+        if not self.batched and self.batching.enabled and self.batching.preferred_batch_sizes:
             raise ValueError("batching: a model with max_batch_size 0 cannot batch")
         if self.warmup:
             for size in self.warmup.batch_sizes:
@@ -446,20 +448,20 @@ class ModelSpec(Strict, OmitsUnset):
 
     def _check_runtimes(self) -> None:
         """Each precision needs a runtime that runs it, and a pinned runtime must be wanted."""
-        _check_unique("runtimes", [r.value for r in self.wanted_runtimes])
+        _check_unique("runtimes", self.wanted_runtimes)
         made = {v.precision for v in self.variants()}
         for precision in self.precisions:
             if precision not in made:
-                runs = [r.value for r in Runtime if precision in RUNS[r]]
+                runs = runs_on(precision)
                 where = "a stateful model runs on onnxruntime only" if self.sequence else f"runtimes: {runs}"
                 raise ValueError(f"precisions: {precision.value} needs a runtime that runs it ({where})")
         pinned = self.serve.runtime
         if pinned is not None and pinned not in self.wanted_runtimes:
-            raise ValueError(f"serve.runtime: '{pinned.value}' is not in runtimes")
+            raise ValueError(f"serve.runtime: '{pinned}' is not in runtimes")
 
     @property
-    def wanted_runtimes(self) -> list[Runtime]:
-        return list(self.runtimes) if self.runtimes is not None else list(Runtime)
+    def wanted_runtimes(self) -> list[str]:
+        return list(self.runtimes) if self.runtimes is not None else runtime_names()
 
     def variants(self) -> list[Variant]:
         """Every variant the build makes: each precision on each wanted runtime that runs it."""
@@ -473,6 +475,12 @@ class ModelSpec(Strict, OmitsUnset):
             return self.profiles[profile].shapes[tensor.name]
         dims = [max(d, 1) for d in tensor.dims]
         return ShapeRange(min=dims, opt=dims, max=dims)
+
+    @property
+    def batched(self) -> bool:
+        """Whether the model's tensors carry a batch dimension in front (``max_batch_size > 0``):
+        Triton batches its requests, and its dims leave the batch out."""
+        return self.max_batch_size > 0
 
     def opt_batch(self, profile: int = 0) -> int:
         if self.profiles:

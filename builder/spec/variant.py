@@ -1,16 +1,22 @@
-"""What a served variant is: a precision of the model run by one runtime.
+"""What a served variant is: a precision of the model run by one CPU runtime.
 
 The same ONNX graph runs several times faster on one CPU runtime than another (OpenVINO's bf16 on
 AMX against ONNX Runtime's fp32), so a runtime is part of a variant, verified and timed like its
-precision. ``Variant.name`` is what the repository and the build's summary call it: the precision
-alone for ONNX Runtime (the names every repository had before runtimes were a choice), else
-``<precision>_<runtime>``.
+precision. The runtimes are the registry of ``builder/python_models/shared/runtimes`` (one module
+each), named here by their names. ``Variant.name`` is what the repository and the build's summary
+call it: the precision alone on the default runtime (ONNX Runtime: the names every repository had
+before runtimes were a choice), else ``<precision>_<runtime>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from builder.python_models.shared.runtimes import DEFAULT, RUNTIMES, CpuRuntime, runtime
 
 
 class Precision(str, Enum):
@@ -31,51 +37,60 @@ class Precision(str, Enum):
         return Precision.FP32 if self is Precision.BF16 else self
 
 
-class Runtime(str, Enum):
-    """The CPU runtimes a core model can be verified and served on."""
-
-    ONNXRUNTIME = "onnxruntime"
-    OPENVINO = "openvino"
+ONNXRUNTIME = DEFAULT  # ONNX Runtime: what TensorRT plans are checked against, the targets' default
 
 
-# The precisions each runtime runs. OpenVINO is left out of fp16 (its CPU plugin computes an FP16
-# graph in f32 or bf16: the fp32 and bf16 variants already are those) and int8_dynamic (it does
-# not lower ONNX Runtime's dynamic quantization: 2.3x slower than ORT on it).
-RUNS: dict[Runtime, frozenset[Precision]] = {
-    Runtime.ONNXRUNTIME: frozenset({Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC}),
-    Runtime.OPENVINO: frozenset({Precision.FP32, Precision.BF16, Precision.INT8}),
-}
+def _registered(name: str) -> str:
+    runtime(name)  # ValueError naming the registered runtimes
+    return name
+
+
+# A runtime's name in the spec (``runtimes: [openvino]``, ``serve.runtime``), checked against the registry.
+RuntimeName = Annotated[str, AfterValidator(_registered)]
+
+
+def runtime_names() -> list[str]:
+    return list(RUNTIMES)
+
+
+def runs_on(precision: Precision) -> list[str]:
+    """The registered runtimes that run ``precision``."""
+    return [name for name, on in RUNTIMES.items() if on.runs(precision.value)]
 
 
 @dataclass(frozen=True, order=True)
 class Variant:
     precision: Precision
-    runtime: Runtime = Runtime.ONNXRUNTIME
+    runtime: str = ONNXRUNTIME  # a registered runtime's name
 
     @property
     def name(self) -> str:
-        if self.runtime is Runtime.ONNXRUNTIME:
+        if self.runtime == ONNXRUNTIME:
             return self.precision.value
-        return f"{self.precision.value}_{self.runtime.value}"
+        return f"{self.precision.value}_{self.runtime}"
+
+    @property
+    def cpu_runtime(self) -> CpuRuntime:
+        return runtime(self.runtime)
 
     @classmethod
     def parse(cls, name: str) -> Variant:
         """The variant ``name`` names (``int8``, ``bf16_openvino``); ValueError otherwise."""
-        for runtime in Runtime:
-            for precision in RUNS[runtime]:
-                if cls(precision, runtime).name == name:
-                    return cls(precision, runtime)
+        for on in RUNTIMES.values():
+            for precision in Precision:
+                if on.runs(precision.value) and cls(precision, on.name).name == name:
+                    return cls(precision, on.name)
         raise ValueError(f"'{name}' names no variant")
 
     def __str__(self) -> str:
         return self.name
 
 
-def variants_of(precisions: list[Precision], runtimes: list[Runtime], *, stateful: bool) -> list[Variant]:
+def variants_of(precisions: list[Precision], runtimes: list[str], *, stateful: bool) -> list[Variant]:
     """Every pair of a wanted precision and a runtime that runs it, runtime by runtime. A stateful
     model runs on ONNX Runtime alone (its sequence runner keeps the states)."""
-    chosen = [Runtime.ONNXRUNTIME] if stateful else runtimes
-    return [Variant(p, r) for r in chosen for p in precisions if p in RUNS[r]]
+    chosen = [ONNXRUNTIME] if stateful else runtimes
+    return [Variant(p, r) for r in chosen for p in precisions if runtime(r).runs(p.value)]
 
 
 def as_variant(variant: Variant | Precision) -> Variant:

@@ -1,4 +1,4 @@
-"""Stage 2: check the exported graph, hold it against the spec, simplify it.
+"""The check stage: check the exported graph, hold it against the spec, simplify it.
 
 The graph is the authority: where the spec disagrees with it (names, dtypes, ranks, static dims, a
 fixed batch dim), the spec is wrong and the error names the spec field to fix.
@@ -12,11 +12,51 @@ from pathlib import Path
 import onnx
 
 from builder.errors import SpecError
-from builder.spec import ModelSpec, TensorSpec
+from builder.spec import ModelSpec, OmitsUnset, Profile, TensorSpec
+from builder.spec.sequence import SequenceSpec
+from builder.stages.base import GRAPH, Info, ModelJob, Stage, StageInputs, artifact
+from builder.stages.export import EXPORT
 from builder.stages.graph_tensors import tensor_problem
+from builder.stages.quantized import quantized_ops
 from builder.stages.sequence import compare_states
 
 log = logging.getLogger(__name__)
+
+
+class CheckInputs(StageInputs, OmitsUnset):
+    STAGE = "check"
+    TOOLS = ("onnx", "onnxsim", "onnxruntime")
+    CODE = ("builder.stages.check",)
+    exported_sha256: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int
+    simplify: bool
+    profiles: list[Profile]
+    sequence: SequenceSpec | None = None  # a stateful model's states, checked against the graph
+
+    OMITTED_WHILE_UNSET = ("sequence",)
+
+
+class Check(Stage):
+    """The exported graph checked; the record counts its opset and the quantized operators it has
+    already, so that a rebuild with nothing changed reads no graph."""
+
+    name = CheckInputs.STAGE
+
+    def inputs(self, job: ModelJob) -> CheckInputs:
+        m = job.model
+        return CheckInputs(
+            exported_sha256=job.sha256(EXPORT.name), inputs=m.inputs, outputs=m.outputs,
+            max_batch_size=m.max_batch_size, simplify=m.simplify, profiles=m.profiles, sequence=m.sequence,
+        )  # fmt: skip
+
+    def run(self, job: ModelJob, out: Path) -> Info:
+        checked = check(job.model, job.graph(EXPORT.name), out / GRAPH, spec_file=job.ctx.spec_file)
+        return artifact(checked) | {"opset": graph_opset(checked), "quantized": quantized_ops(checked)}
+
+
+CHECK = Check()
 
 
 FREE_INITIALIZERS_IR = 4

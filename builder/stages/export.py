@@ -1,5 +1,6 @@
-"""Stage 1: write what a model's source loads as (``builder.sources``: an .onnx file, a factory, a
-Hugging Face checkpoint) as one self-contained .onnx file, and run a PyTorch source for the reference.
+"""The export stage: what a model's source loads as (``builder.sources``: an .onnx file, a factory,
+a Hugging Face checkpoint) written as one self-contained .onnx file; and running a PyTorch source
+for the reference.
 
 A source loads as a ``torch.nn.Module`` (exported here), an ``onnx.ModelProto`` (saved) or the path of
 an .onnx file (copied). Torch is imported only when a source hands back a module.
@@ -22,11 +23,44 @@ from onnx.external_data_helper import uses_external_data
 from builder.dtypes import to_numpy
 from builder.errors import DataError, SpecError
 from builder.progress import quiet
-from builder.spec import DType, ModelSpec, TensorSpec
+from builder.spec import DType, ModelSpec, Profile, TensorSpec
+from builder.stages.base import GRAPH, Info, ModelJob, Stage, StageInputs, artifact
 
 BATCH_AXIS = "batch"
 LOG_FILE = "export.log"  # third-party output of the export, in the stage folder
 DUMMY_SEED = 0
+
+
+class ExportInputs(StageInputs):
+    STAGE = "export"
+    TOOLS = ("torch", "onnx", "transformers")  # transformers: a checkpoint source's model
+    CODE = ("builder.stages.export", "builder.sources")  # and every source kind, which loads the model
+    source: str
+    source_fingerprint: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int
+    profiles: list[Profile]
+    opset: int
+
+
+class Export(Stage):
+    name = ExportInputs.STAGE
+
+    def inputs(self, job: ModelJob) -> ExportInputs:
+        m = job.model
+        return ExportInputs(
+            source=m.source, source_fingerprint=job.source_fingerprint(), inputs=m.inputs, outputs=m.outputs,
+            max_batch_size=m.max_batch_size, profiles=m.profiles, opset=m.opset,
+        )  # fmt: skip
+
+    def run(self, job: ModelJob, out: Path) -> Info:
+        model, ctx = job.model, job.ctx
+        load = lambda: job.source.load(model, ctx.spec_dir, ctx.spec_file)  # noqa: E731
+        return artifact(write_onnx(model, load, spec_file=ctx.spec_file, out=out / GRAPH))
+
+
+EXPORT = Export()
 
 
 def write_onnx(model: ModelSpec, load: Callable[[], object], *, spec_file: Path, out: Path) -> Path:
@@ -49,7 +83,7 @@ def write_onnx(model: ModelSpec, load: Callable[[], object], *, spec_file: Path,
 
 def _scalars_as_vectors(model: ModelSpec, out: Path) -> None:
     """A model without a batch dimension serves a rank-0 tensor as [1] (``builder.stages.scalars``)."""
-    if model.max_batch_size > 0:
+    if model.batched:
         return
     from builder.stages.scalars import as_vectors, scalar_names
 
@@ -120,7 +154,7 @@ def _export_torch(model: ModelSpec, module: Any, out: Path, *, spec_file: Path) 
 
 def dynamic_axes(model: ModelSpec) -> dict[str, dict[int, str]]:
     """Named dynamic axes: ``batch`` when the model batches, ``<tensor>_<axis>`` for every -1 dim."""
-    offset = 1 if model.max_batch_size > 0 else 0
+    offset = 1 if model.batched else 0
     axes: dict[str, dict[int, str]] = {}
     for t in [*model.inputs, *model.outputs]:
         named = {i + offset: f"{t.name}_{i + offset}" for i, d in enumerate(t.dims) if d == -1}
@@ -134,7 +168,7 @@ def dynamic_axes(model: ModelSpec) -> dict[str, dict[int, str]]:
 def _dummy_inputs(model: ModelSpec, *, spec_file: Path) -> list[NDArray[Any]]:
     """Inputs at the first profile's opt shape (opt batch first when the model batches)."""
     rng = np.random.default_rng(DUMMY_SEED)
-    batch = [model.opt_batch()] if model.max_batch_size > 0 else []
+    batch = [model.opt_batch()] if model.batched else []
     arrays = []
     for i, t in enumerate(model.inputs):
         if t.dtype is DType.STRING:

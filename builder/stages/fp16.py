@@ -1,4 +1,4 @@
-"""FP16 variant: float16 weights and compute, FP32 inputs and outputs kept."""
+"""The fp16 stage: float16 weights and compute, FP32 inputs and outputs kept."""
 
 from __future__ import annotations
 
@@ -14,7 +14,29 @@ from numpy.typing import NDArray
 from onnxconverter_common import float16
 
 from builder.errors import ModelRefused
-from builder.stages.sessions import quiet_session
+from builder.stages.base import GRAPH, Info, ModelJob, Stage, StageInputs, artifact
+from builder.stages.check import CHECK
+from builder.stages.runtimes import ort_session
+
+
+class Fp16Inputs(StageInputs):
+    STAGE = "fp16"
+    TOOLS = ("onnx", "onnxconverter-common")
+    CODE = ("builder.stages.fp16",)
+    checked_sha256: str
+
+
+class Fp16(Stage):
+    name = Fp16Inputs.STAGE
+
+    def inputs(self, job: ModelJob) -> Fp16Inputs:
+        return Fp16Inputs(checked_sha256=job.sha256(CHECK.name))
+
+    def run(self, job: ModelJob, out: Path) -> Info:
+        return artifact(convert_fp16(job.graph(CHECK.name), out / GRAPH))
+
+
+FP16 = Fp16()
 
 _PROBE_TYPES = {
     "tensor(float)": np.float32,
@@ -85,7 +107,7 @@ def _casts_match_their_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _check_runs(path: Path, fp32_onnx: Path) -> None:
     try:
-        session = quiet_session(path)
+        session = ort_session(path)
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
         raise ModelRefused(
             f"{fp32_onnx.name}: fp16: ONNX Runtime cannot load the converted model: {exc}"
@@ -114,7 +136,7 @@ def _probe(session: ort.InferenceSession) -> dict[str, NDArray[Any]] | None:
 
 def _runs(path: Path, feed: dict[str, NDArray[Any]]) -> bool:
     try:
-        quiet_session(path).run(None, feed)
+        ort_session(path).run(None, feed)
     except Exception:
         return False
     return True

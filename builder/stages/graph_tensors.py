@@ -30,7 +30,7 @@ def tensor_problem(model: ModelSpec, t: TensorSpec, value: onnx.ValueInfoProto) 
 def _shape_problem(
     model: ModelSpec, t: TensorSpec, dims: list[onnx.TensorShapeProto.Dimension]
 ) -> tuple[str, str] | None:
-    batched = model.max_batch_size > 0
+    batched = model.batched
     shape = _shape_text(dims)
     if len(dims) != len(t.dims) + batched:
         hint = (

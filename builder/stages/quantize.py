@@ -1,4 +1,5 @@
-"""INT8 variants: static explicit Q/DQ (TensorRT-compatible) and ORT dynamic (CPU only).
+"""How the INT8 stages quantize (``int8_ranges``, ``int8``, ``int8_dynamic``): static explicit Q/DQ
+(TensorRT-compatible) and ORT dynamic (CPU only).
 
 Static quantization calibrates once for the Q/DQ model (ranges through ORT's
 calibration cache). TensorRT 10's implicit INT8 (``engine.int8_mode: calibrator``)
@@ -13,7 +14,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,15 +33,74 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from builder.data import load_samples
 from builder.errors import ModelRefused, SpecError
+from builder.host import cpu_has_vnni
 from builder.progress import progress, quiet
-from builder.spec import Calibration, ModelSpec
+from builder.spec import Calibration, ModelSpec, Smoothing
 from builder.spec import CalibrationMethod as SpecMethod
+from builder.spec.engine import Int8Mode
+from builder.stages.base import ModelJob, Samples
 from builder.stages.check import graph_opset
-from builder.stages.inputs import Int8Recipe
-from builder.stages.sessions import quiet_session
+from builder.stages.runtimes import ort_session
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How the static INT8 variant is made for the target that serves it."""
+
+    # ONNX Runtime's default turns Conv/Gemm biases into INT32 behind a DequantizeLinear
+    # (so that its CPU kernels fuse); TensorRT refuses INT32 quantized data.
+    quantize_bias: bool = True
+    for_tensorrt: bool = False  # refuse what TensorRT's ONNX parser refuses
+    calibration_table: bool = False  # for TensorRT 10's implicit INT8 (engine.int8_mode: calibrator)
+    # 7-bit weights: ONNX Runtime's INT8 kernels on x86 without VNNI add pairs of u8 x s8
+    # products in 16 bits, which saturate with 8-bit weights (the tiny test model: min cosine
+    # 0.77 fused against 0.997 unfused; 0.9975 with 7-bit weights).
+    reduce_range: bool = False
+
+    def fields(self) -> dict[str, bool]:
+        return asdict(self)
+
 
 ONNX_RUNTIME_INT8 = Int8Recipe()
+TENSORRT_INT8 = Int8Recipe(quantize_bias=False, for_tensorrt=True)
+
+
+def int8_recipe(tensorrt: bool, model: ModelSpec | None = None) -> Int8Recipe:
+    """For a target that builds TensorRT plans from its INT8 variant, TensorRT's recipe; for one
+    that runs it in ONNX Runtime, ONNX Runtime's, with 7-bit weights on a CPU without VNNI."""
+    if not tensorrt:
+        return Int8Recipe(reduce_range=not cpu_has_vnni())
+    table = model is not None and model.engine.int8_mode is Int8Mode.CALIBRATOR
+    return replace(TENSORRT_INT8, calibration_table=table)
+
+
+def calibration_samples(job: ModelJob) -> Samples:
+    """The model's calibration samples, read and checked against the spec."""
+    model, ctx = job.model, job.ctx
+    assert model.calibration is not None  # the spec requires it for the INT8 variants that read it
+    return load_samples(
+        model.calibration, model, spec_dir=ctx.spec_dir, spec_file=ctx.spec_file, section="calibration"
+    )
+
+
+def smoothed(fp32: Path, smooth: Smoothing | None, samples: Samples, out: Path) -> Path:
+    """The FP32 graph with MatMul-input outliers smoothed away (``smoothed.onnx`` in ``out``), or
+    ``fp32`` itself."""
+    if smooth is None:
+        return fp32
+    from builder.stages.smoothing import smooth_matmul_inputs
+
+    try:
+        return smooth_matmul_inputs(
+            fp32, out / SMOOTHED, samples, alpha=smooth.alpha, nodes=smooth.nodes or None
+        )
+    except ValueError as exc:
+        raise SpecError(str(exc), field="smooth.nodes") from None
+
+
+SMOOTHED = "smoothed.onnx"  # the smoothed source graph, kept in the int8-ranges stage's folder
 
 # First line of the table written here; the engine builder replaces it with the header of
 # the TensorRT that reads it (TensorRT skips a cache whose header is not its own).
@@ -239,7 +299,7 @@ def per_channel_ready(fp32_onnx: Path, per_channel: bool, tmp: Path) -> tuple[Pa
         onnx.checker.check_model(converted)
         path = tmp / "opset13.onnx"
         onnx.save(converted, str(path))
-        quiet_session(path)
+        ort_session(path)
     except Exception as exc:  # the converter lacks adapters for some ops; ORT may refuse its result
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return fp32_onnx, False, f"opset {opset} could not be converted to 13 ({first}): quantized per tensor"
@@ -405,7 +465,7 @@ def tensorrt_qdq_problems(graph: onnx.GraphProto) -> list[str]:
 
 def _load_in_ort(path: Path, model: str, variant: str) -> None:
     try:
-        quiet_session(path)
+        ort_session(path)
     except Exception as exc:  # ORT raises its own exception types for invalid graphs
         raise ModelRefused(
             f"model '{model}': {variant}: ONNX Runtime cannot load {path.name}: {exc}"

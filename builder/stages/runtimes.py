@@ -1,63 +1,93 @@
-"""A variant's runtime, opened for the stages: ONNX Runtime through ``builder.stages.sessions``,
-OpenVINO through the very module the served ``onnx_runner`` model compiles with, so what is verified
-and timed here is what the server runs.
+"""A variant's graph opened on its runtime for the stages, exactly as the served model opens it:
+through the runtime's own ``open`` (builder/python_models/shared/runtimes), with the parameters the
+local target writes for the model's serving knobs and its instance count. What is verified and
+timed here is what the server runs.
 
-A runtime that cannot be had on this host (not installed, or the CPU lacks the instructions its
-precision needs) refuses the variant with one line; the build goes on without it.
+A runtime that cannot run the variant on this host (not installed, the CPU lacks the instructions
+its precision needs, a graph it refuses, or a precision it does not really compute in) refuses it
+with one line; the build goes on without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from numpy.typing import NDArray
 
 from builder.errors import ModelRefused
-from builder.spec import Precision, Runtime, Variant
-from builder.stages.sessions import quiet_session
-
-# The precision OpenVINO reports for each variant it compiles (read back from the compiled model).
-OPENVINO_COMPUTES = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.INT8: "f32"}
-
-
-class VariantSession:
-    """One variant's graph opened on its runtime: ``run`` as ONNX Runtime's (None: every output)."""
-
-    def __init__(self, session: Any, output_names: list[str], computed_in: str | None) -> None:
-        self.session = session
-        self.output_names = output_names
-        self.computed_in = computed_in
-
-    def run(self, names: Sequence[str] | None, feed: dict[str, NDArray[Any]]) -> list[NDArray[Any]]:
-        return list(self.session.run(list(names) if names is not None else None, feed))
+from builder.host import cpu_flags
+from builder.progress import progress
+from builder.python_models.shared.runtimes import PRECISION, Knobs, RuntimeRefused, Session, runtime
+from builder.python_models.shared.runtimes.onnxruntime import OrtSession
+from builder.spec import ONNXRUNTIME, ModelSpec, Precision, Variant
 
 
-def open_variant(variant: Variant, path: Path, threads: int = 0) -> VariantSession:
-    if variant.runtime is Runtime.OPENVINO:
-        return _openvino(variant.precision, path, threads)
-    session = quiet_session(path, threads)
-    return VariantSession(session, [o.name for o in session.get_outputs()], None)
+def served_knobs(model: ModelSpec) -> Knobs:
+    """The serving knobs of the spec the local target writes into the served model's parameters."""
+    return Knobs(threads=model.serve.threads, spinning=model.serve.spinning)
 
 
-def _openvino(precision: Precision, path: Path, threads: int) -> VariantSession:
+def open_variant(variant: Variant, path: Path, model: ModelSpec | None = None) -> Session:
+    """``variant``'s graph at ``path`` opened as the served model opens it, as one of the model's
+    instances with its knobs (``model`` None: one instance, the knobs' defaults)."""
+    on = variant.cpu_runtime
+    precision = variant.precision.value
+    missing = on.missing_flags(precision, cpu_flags())
+    if missing:
+        raise ModelRefused(f"{variant.name} needs one of {', '.join(sorted(missing))} in the CPU flags")
+    knobs = served_knobs(model) if model is not None else Knobs()
+    params = on.parameters(knobs, served=False) | {PRECISION: precision}
+    count = model.instances.count if model is not None else 1
     try:
-        from builder.python_models.onnx_runner.runtimes.openvino import compile_graph
-
-        compiled = compile_graph(path, precision.value, threads)
-    except ImportError as exc:
-        raise ModelRefused(f"OpenVINO cannot be imported here ({exc})") from exc
-    except RuntimeError as exc:  # OpenVINO's own refusal of the graph
-        raise ModelRefused(f"OpenVINO cannot compile the graph: {_first_line(exc)}") from exc
-    wanted = OPENVINO_COMPUTES[precision]
-    if compiled.computed_in != wanted:
-        raise ModelRefused(
-            f"OpenVINO computes {compiled.computed_in}, not {wanted}, on this CPU"
-            + (" (bf16 needs AVX-512 BF16 or AMX)" if precision is Precision.BF16 else "")
-        )
-    return VariantSession(compiled, compiled.output_names, compiled.computed_in)
+        session = on.open(path, precision, params, instances=count, quiet=True)
+    except RuntimeRefused as exc:
+        raise ModelRefused(str(exc)) from exc
+    wanted = on.precisions[precision].computes
+    if session.computed_in != wanted:
+        raise ModelRefused(f"{on.name} computes {session.computed_in}, not {wanted}, on this CPU")
+    return session
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def ort_session(model: Path | bytes) -> Any:
+    """ONNX Runtime's own ``InferenceSession`` of a graph, opened by its runtime, logging nothing:
+    what the stages that probe, convert or check a graph use."""
+    session = runtime(ONNXRUNTIME).open(model, "fp32", {}, quiet=True)
+    assert isinstance(session, OrtSession)
+    return session.session
+
+
+def run_onnx(path: Path, inputs: dict[str, NDArray[Any]], *, batch_size: int) -> dict[str, NDArray[Any]]:
+    """Run on ONNX Runtime in batches of ``batch_size`` (0: one sample at a time, no batch axis)."""
+    return run_session(open_variant(Variant(Precision.FP32), path), inputs, batch_size=batch_size)
+
+
+def run_session(
+    sess: Session, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
+) -> dict[str, NDArray[Any]]:
+    """All samples in batches; with a ``label``, a progress bar on a terminal."""
+    names = sess.output_names
+    count = next(iter(inputs.values())).shape[0]
+    parts: list[list[NDArray[Any]]] = []
+    with progress(count if label else 0, label, unit="sample") as bar:
+        for start in range(0, count, max(batch_size, 1)):
+            if batch_size == 0:
+                feed = {k: np.asarray(v[start]) for k, v in inputs.items()}  # rank 0 stays an array
+                parts.append([o[np.newaxis] for o in sess.run(names, feed)])
+            else:
+                feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
+                parts.append(sess.run(names, feed))
+            bar.advance(min(max(batch_size, 1), count - start))
+    return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
+
+
+def run_model(
+    sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
+) -> dict[str, NDArray[Any]]:
+    """All samples through the model: in batches, or as one sequence of chunks for a stateful model."""
+    if model.sequence is not None:
+        from builder.stages.sequence import run_sequence
+
+        return run_sequence(sess, model, inputs)
+    return run_session(sess, inputs, batch_size=model.max_batch_size, label=label)  # 0: no batch axis

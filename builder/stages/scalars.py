@@ -19,7 +19,7 @@ SUFFIX = "__rank0"
 
 def scalar_names(model: ModelSpec, graph: onnx.ModelProto) -> set[str]:
     """Tensors the spec gives dims [1] that the graph declares rank 0 (none when the model batches)."""
-    if model.max_batch_size > 0:
+    if model.batched:
         return set()
     wanted = {t.name for t in [*model.inputs, *model.outputs] if t.dims == [1]}
     return {

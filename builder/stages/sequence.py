@@ -17,10 +17,10 @@ from numpy.typing import NDArray
 
 from builder.dtypes import FROM_ONNX, to_numpy
 from builder.errors import SpecError
+from builder.python_models.shared.runtimes import Session
 from builder.spec import ModelSpec, TensorSpec
 from builder.spec.sequence import SequenceSpec
 from builder.stages.graph_tensors import tensor_problem
-from builder.stages.runtimes import VariantSession
 
 
 def compare_states(model: ModelSpec, graph: onnx.ModelProto, *, spec_file: Path) -> None:
@@ -62,7 +62,7 @@ def _compare_control(
 
 def initial_states(model: ModelSpec, seq: SequenceSpec, batch: int = 1) -> dict[str, NDArray[Any]]:
     """Each state input's value at the start of ``batch`` sequences (one where the model does not batch)."""
-    lead = [batch] if model.max_batch_size > 0 else []
+    lead = [batch] if model.batched else []
     return {s.input: np.zeros(lead + s.dims, dtype=to_numpy(s.dtype)) for s in seq.state}
 
 
@@ -70,15 +70,13 @@ def controls(
     model: ModelSpec, seq: SequenceSpec, *, start: bool, end: bool, batch: int = 1
 ) -> dict[str, NDArray[Any]]:
     """The control inputs the graph reads, as the sequence batcher sets them for a request."""
-    shape = [batch, 1] if model.max_batch_size > 0 else [1]
+    shape = [batch, 1] if model.batched else [1]
     flags = {"start": start, "end": end, "ready": True}
     dtype = to_numpy(seq.controls.dtype)
     return {name: np.full(shape, flags[kind], dtype=dtype) for kind, name in seq.controls.names().items()}
 
 
-def run_sequence(
-    sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]
-) -> dict[str, NDArray[Any]]:
+def run_sequence(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
     """The model's outputs over the samples as one sequence (sample axis first), states carried."""
     seq = model.sequence
     assert seq is not None
@@ -88,11 +86,11 @@ def run_sequence(
     count = next(iter(inputs.values())).shape[0]
     parts: list[list[NDArray[Any]]] = []
     for step in range(count):
-        chunk = {k: v[step : step + 1] if model.max_batch_size > 0 else v[step] for k, v in inputs.items()}
+        chunk = {k: v[step : step + 1] if model.batched else v[step] for k, v in inputs.items()}
         feed = chunk | state | controls(model, seq, start=step == 0, end=step == count - 1)
         got = sess.run(names + state_names, feed)
         outs = got[: len(names)]
-        parts.append(outs if model.max_batch_size > 0 else [o[np.newaxis] for o in outs])
+        parts.append(outs if model.batched else [o[np.newaxis] for o in outs])
         state = {s.input: value for s, value in zip(seq.state, got[len(names) :], strict=True)}
     return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
 
@@ -102,5 +100,5 @@ def first_step_feed(model: ModelSpec, feed: dict[str, NDArray[Any]]) -> dict[str
     seq = model.sequence
     if seq is None:
         return feed
-    batch = next(iter(feed.values())).shape[0] if model.max_batch_size > 0 else 1
+    batch = next(iter(feed.values())).shape[0] if model.batched else 1
     return feed | initial_states(model, seq, batch) | controls(model, seq, start=True, end=False, batch=batch)

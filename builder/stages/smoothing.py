@@ -21,7 +21,7 @@ import onnx
 from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
-from builder.stages.sessions import quiet_session
+from builder.stages.runtimes import ort_session
 
 
 def smooth_matmul_inputs(
@@ -78,7 +78,7 @@ def _activation_absmax(
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
-    session = quiet_session(probe.SerializeToString())
+    session = ort_session(probe.SerializeToString())
     names = {i.name for i in session.get_inputs()}
     amax: dict[str, NDArray[Any]] = {}
     for batch in _batches(samples, batch_size):

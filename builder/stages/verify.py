@@ -1,4 +1,6 @@
-"""Accuracy of a variant against the reference outputs, and its in-process speed.
+"""The verify stages (``verify-<variant>``): a variant's accuracy against the reference outputs,
+whether a request's answer moves with its batch mates, and its in-process speed, with the variant
+opened exactly as the served model opens it (``builder.stages.runtimes``).
 
 Arrays carry a leading sample axis. Models with ``max_batch_size: 0`` have no batch
 axis, so their samples run one at a time (``batch_size=0``) and outputs are stacked.
@@ -9,62 +11,68 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from builder.cache import file_hash
 from builder.errors import SpecError
-from builder.progress import progress
-from builder.records import BATCH_INVARIANCE, OutputMetrics, VerificationReport
+from builder.host import kernel_flags
+from builder.python_models.shared.runtimes import Session
+from builder.records import BATCH_INVARIANCE, OutputMetrics, ReportJson, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
-from builder.stages.runtimes import VariantSession, open_variant
+from builder.stages.base import Info, ModelJob, Stage, StageInputs
+from builder.stages.reference import REFERENCE, load_reference
+from builder.stages.runtimes import open_variant, run_model
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
 
 
-def session(path: Path, threads: int = 0) -> VariantSession:
-    """ONNX Runtime's VariantSession on the CPU (``open_variant``), logging nothing of its own
-    (``builder.stages.sessions``)."""
-    return open_variant(Variant(Precision.FP32), path, threads)
+class VerifyInputs(StageInputs):
+    STAGE = "verify"
+    TOOLS = ("numpy",)
+    CODE = ("builder.stages.verify",)
+    variant_sha256: str
+    reference_key: str
+    tolerance: Tolerance
+    opt_batch: int
+    runtime: str
+    runtime_version: str  # the runtime's own package (onnxruntime, openvino)
+    precision: str
+    # The variant is timed as it is served: its instances, each session's threads and knobs.
+    instances: int
+    threads: int
+    spinning: bool | None
+    cpu: list[str]  # the CPU flags that decide its kernels: another CPU verifies and times again
 
 
-def run_onnx(
-    path: Path, inputs: dict[str, NDArray[Any]], *, batch_size: int, threads: int = 0
-) -> dict[str, NDArray[Any]]:
-    """Run on ORT CPU in batches of ``batch_size`` (0: one sample at a time, no batch axis)."""
-    return run_session(session(path, threads), inputs, batch_size=batch_size)
+class Verify(Stage):
+    """One variant's verification; ``graph`` is the file it serves."""
 
+    def __init__(self, variant: Variant, graph: Path) -> None:
+        self.variant = variant
+        self.graph = graph
+        self.name = f"verify-{variant.name}"
 
-def run_session(
-    sess: VariantSession, inputs: dict[str, NDArray[Any]], *, batch_size: int, label: str = ""
-) -> dict[str, NDArray[Any]]:
-    """All samples in batches; with a ``label``, a progress bar on a terminal."""
-    names = sess.output_names
-    count = next(iter(inputs.values())).shape[0]
-    parts: list[list[NDArray[Any]]] = []
-    with progress(count if label else 0, label, unit="sample") as bar:
-        for start in range(0, count, max(batch_size, 1)):
-            if batch_size == 0:
-                feed = {k: np.asarray(v[start]) for k, v in inputs.items()}  # rank 0 stays an array
-                parts.append([o[np.newaxis] for o in sess.run(names, feed)])
-            else:
-                feed = {k: v[start : start + batch_size] for k, v in inputs.items()}
-                parts.append(sess.run(names, feed))
-            bar.advance(min(max(batch_size, 1), count - start))
-    return {name: np.concatenate([p[i] for p in parts]) for i, name in enumerate(names)}
+    def inputs(self, job: ModelJob) -> VerifyInputs:
+        m, v = job.model, self.variant
+        return VerifyInputs(
+            variant_sha256=file_hash(self.graph), reference_key=job.result(REFERENCE.name).key,
+            tolerance=m.tolerances[v.precision], opt_batch=m.opt_batch(), runtime=v.runtime,
+            runtime_version=v.cpu_runtime.version(), precision=v.precision.value,
+            instances=m.instances.count, threads=m.serve.threads, spinning=m.serve.spinning,
+            cpu=kernel_flags(),
+        )  # fmt: skip
 
+    def run(self, job: ModelJob, out: Path) -> Info:
+        inputs, reference = load_reference(job.result(REFERENCE.name).out)
+        return dict(verify_variant(job.model, self.variant, self.graph, inputs, reference).to_json())
 
-def run_model(
-    sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]], *, label: str = ""
-) -> dict[str, NDArray[Any]]:
-    """All samples through the model: in batches, or as one sequence of chunks for a stateful model."""
-    if model.sequence is not None:
-        from builder.stages.sequence import run_sequence
-
-        return run_sequence(sess, model, inputs)
-    return run_session(sess, inputs, batch_size=_batch(model), label=label)
+    @staticmethod
+    def report(info: Info) -> VerificationReport:
+        return VerificationReport.from_json(cast(ReportJson, info))
 
 
 def compare(
@@ -162,7 +170,7 @@ def verify_variant(
     unknown = sorted(set(tolerance.outputs) - {o.name for o in model.outputs})
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
-    sess = open_variant(variant, onnx_path, model.serve.threads)
+    sess = open_variant(variant, onnx_path, model)
     candidate = run_model(sess, model, inputs, label=f"verify {model.name} {variant.name}")
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{variant.name}: {f}" for f in failures]
@@ -176,10 +184,12 @@ def time_variant(
     model: ModelSpec, onnx_path: Path, inputs: dict[str, NDArray[Any]], *, repeats: int = 5
 ) -> float:
     """In-process ms per sample at ``model.opt_batch()``: median of ``repeats`` after a warm-up."""
-    return _time_session(session(onnx_path, model.serve.threads), model, inputs, repeats=repeats)
+    return _time_session(
+        open_variant(Variant(Precision.FP32), onnx_path, model), model, inputs, repeats=repeats
+    )
 
 
-def batch_drift(sess: VariantSession, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
+def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
     """How far a request's outputs move between running alone and running inside a batch of other
     samples (first and last place of the batch): the largest difference relative to the row's
     largest value. None where Triton never batches the model (no batch axis, a stateful model).
@@ -218,7 +228,7 @@ def _relative_change(alone: NDArray[Any], batched: NDArray[Any]) -> float:
 
 
 def _time_session(
-    sess: VariantSession,
+    sess: Session,
     model: ModelSpec,
     inputs: dict[str, NDArray[Any]],
     *,
@@ -227,7 +237,7 @@ def _time_session(
 ) -> float:
     batch = batch or model.opt_batch()
     feed = {k: _take(v, batch) for k, v in inputs.items()}
-    if model.max_batch_size == 0:
+    if not model.batched:
         feed = {k: np.asarray(v[0]) for k, v in feed.items()}  # rank 0 stays an array
         batch = 1
     if model.sequence is not None:
@@ -247,7 +257,3 @@ def _take(array: NDArray[Any], n: int) -> NDArray[Any]:
     """The first ``n`` samples, repeating them when there are fewer."""
     reps = -(-n // array.shape[0])
     return np.concatenate([array] * reps)[:n] if reps > 1 else array[:n]
-
-
-def _batch(model: ModelSpec) -> int:
-    return model.max_batch_size  # 0: no batch axis, one sample per run

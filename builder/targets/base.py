@@ -25,7 +25,7 @@ from builder.configs import (
 )
 from builder.errors import SpecError, VerificationError
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec, Runtime, Variant
+from builder.spec import ONNXRUNTIME, Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec, Variant
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Target(ABC):
 
     def serves(self, variant: Variant) -> bool:
         """Whether this target's server can run ``variant`` (its runtime, at its precision)."""
-        return variant.runtime is Runtime.ONNXRUNTIME
+        return variant.runtime == ONNXRUNTIME
 
     def published(self, build: ModelBuild) -> dict[str, Variant]:
         """Model name -> variant: the served one under the spec's name, every other that passed

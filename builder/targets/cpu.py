@@ -1,25 +1,23 @@
-"""``cpu``: the official tritonserver container without a GPU: ``onnxruntime_onnx``, and Triton's
-``openvino`` backend for a bf16 variant.
+"""``cpu``: the official tritonserver container without a GPU: each runtime on the container
+backend its module names (``CpuRuntime.container``: ``onnxruntime_onnx``, and Triton's ``openvino``
+backend for a bf16 variant).
 
 The container's OpenVINO backend (r25.10, ``src/openvino.cc``) takes a batch only of exactly
 ``max_batch_size`` rows unless ``ENABLE_BATCH_PADDING`` pads it there, so every run costs a full
 batch: an OpenVINO variant is published beside the served one (``<model>_bf16_openvino``) and
-served under the model's name only where the spec pins ``serve.runtime: openvino``. Its only
-precision parameter is ``HINT_BF16`` (``YES``; nothing forces f32, which OpenVINO leaves for bf16 on
-its own on a CPU with AVX-512 BF16 or AMX), so the variant it serves is bf16.
+served under the model's name only where the spec pins ``serve.runtime: openvino``
+(``ContainerBackend.pinned_only``).
 """
 
 from __future__ import annotations
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import (
-    ONNX_FILE,
-    model_io_config,
-    set_parameters,
-)
+from builder.configs import ONNX_FILE, model_io_config, set_parameters
+from builder.python_models.shared.runtimes import ContainerBackend, Knobs
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import ModelSpec, Precision, Runtime, Variant, as_variant
+from builder.spec import ModelSpec, Precision, Variant, as_variant
+from builder.stages.runtimes import served_knobs
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
@@ -29,13 +27,15 @@ class CpuTarget(Target):
     description = "the official tritonserver container, ONNX Runtime on the CPU"
 
     def serves(self, variant: Variant) -> bool:
-        return variant.runtime is Runtime.ONNXRUNTIME or variant == BF16_OPENVINO
+        backend = _backend(variant)
+        return backend is not None and variant.precision.value in backend.precisions
 
     def _allowed(self, model: ModelSpec, variant: Variant) -> bool:
-        """OpenVINO serves under the model's name only where the spec pins it (``serve.runtime``):
-        the container's openvino backend runs only full batches unless it pads (targets.md)."""
-        pinned = model.serve.runtime is Runtime.OPENVINO
-        return super()._allowed(model, variant) and (pinned or variant.runtime is Runtime.ONNXRUNTIME)
+        """A runtime whose backend serves only where pinned is served under the model's name only
+        where the spec pins it (``serve.runtime``)."""
+        backend = _backend(variant)
+        pinned = backend is not None and backend.pinned_only
+        return super()._allowed(model, variant) and (not pinned or model.serve.runtime == variant.runtime)
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
@@ -51,15 +51,17 @@ class CpuTarget(Target):
         self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
     ) -> ModelConfig:
         variant = as_variant(variant)
+        backend = variant.cpu_runtime.container(served_knobs(model), model.max_batch_size)
+        if backend is None:
+            raise ValueError(f"no container backend serves {variant.runtime}")
         cfg = model_io_config(model, name)
         cfg.default_model_filename = ONNX_FILE
-        if variant.runtime is Runtime.OPENVINO:
-            cfg.backend = "openvino"
-            set_parameters(cfg, openvino_parameters(model))
+        if backend.platform:
+            cfg.platform = backend.platform
         else:
-            cfg.platform = "onnxruntime_onnx"
-            if model.serve.threads:
-                set_parameters(cfg, {"intra_op_thread_count": str(model.serve.threads)})
+            cfg.backend = backend.backend
+        if backend.parameters:
+            set_parameters(cfg, backend.parameters)
         if alone:  # Triton's batcher off: each request runs on its own
             model = model.model_copy(
                 update={"batching": model.batching.model_copy(update={"enabled": False})}
@@ -67,16 +69,6 @@ class CpuTarget(Target):
         return self._serving(cfg, model, queue_policy=True)
 
 
-BF16_OPENVINO = Variant(Precision.BF16, Runtime.OPENVINO)
-
-
-def openvino_parameters(model: ModelSpec) -> dict[str, str]:
-    """The parameters of Triton's openvino backend (r25.10 accepts these keys and no others): bf16,
-    one stream at the latency hint as the local target compiles, batches padded to
-    ``max_batch_size`` (the backend refuses any other batch without it)."""
-    params = {"HINT_BF16": "YES", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
-    if model.max_batch_size > 0:
-        params["ENABLE_BATCH_PADDING"] = "YES"
-    if model.serve.threads:
-        params["INFERENCE_NUM_THREADS"] = str(model.serve.threads)
-    return params
+def _backend(variant: Variant) -> ContainerBackend | None:
+    """The container backend of the variant's runtime (what it serves does not hang on the knobs)."""
+    return variant.cpu_runtime.container(Knobs(), 0)

@@ -17,7 +17,7 @@ from builder.errors import SpecError, VerificationError
 from builder.llm.gpu import gpu_config, gpu_model_json, gpu_multi_lora
 from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
-from builder.spec import InstanceKind, ModelSpec, Precision, Runtime, Variant
+from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, Variant
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import adapter_files, checkpoint_files
@@ -53,7 +53,7 @@ class GpuTarget(Target):
                                 file=spec_file, model=model.name, field="serve.gpu")  # fmt: skip
 
     def serves(self, variant: Variant) -> bool:
-        return variant.runtime is Runtime.ONNXRUNTIME and variant.precision in GPU_PREFERENCE
+        return variant.runtime == ONNXRUNTIME and variant.precision in GPU_PREFERENCE
 
     def choose_served(self, build: ModelBuild, spec_file: Path) -> Variant:
         """The TensorRT plan's precision: the one the spec names, else the first of TensorRT's
@@ -124,7 +124,7 @@ def set_cuda_graphs(cfg: ModelConfig, model: ModelSpec) -> None:
     cuda.graphs = True
     tops = sorted({b for b in opt_batches(profile_shapes(model)) if b <= model.max_batch_size})
     tops = sorted({*tops, model.max_batch_size})
-    lower = 1 if model.max_batch_size else 0
+    lower = 1 if model.batched else 0
     for top in tops:
         spec = cuda.graph_spec.add(batch_size=top)
         spec.graph_lower_bound.batch_size = lower

@@ -7,24 +7,22 @@ Runtime or OpenVINO) on the CPU; every other verified ONNX Runtime variant is pu
 
 from __future__ import annotations
 
+import json
+
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from builder.configs import (
-    ONNX_FILE,
-    local_queue_parameters,
-    model_io_config,
-    sequence_state_parameter,
-    set_parameters,
-)
+from builder.configs import ONNX_FILE, model_io_config, param_str, set_parameters
 from builder.python_models import model_sources, package
 from builder.python_models.shared import onnx_contract as runner
+from builder.python_models.shared.runtimes import DEFAULT, PRECISION, RUNTIME
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import Batching, ModelSpec, Precision, Runtime, Variant, as_variant
+from builder.spec import ONNXRUNTIME, Batching, ModelSpec, Precision, TimeoutAction, Variant, as_variant
+from builder.spec.sequence import SequenceSpec
+from builder.stages.runtimes import served_knobs
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
 ONNX_RUNNER = package("onnx_runner") / "model.py"
-OPENVINO_CACHE = "openvino_cache"  # OpenVINO's compiled blobs, in the version folder
 # A stateful model's runner: the 2.51 Python backend has no implicit state, so it keeps the states.
 ONNX_SEQUENCE = package("onnx_sequence") / "model.py"
 
@@ -41,7 +39,7 @@ class LocalTarget(Target):
     def beside(self, variant: Variant) -> bool:
         # ONNX Runtime's, as ever: an OpenVINO variant is served when it wins. Each published model
         # is a stub process of its own, and the zoo's would double (memory, start-up).
-        return variant.runtime is Runtime.ONNXRUNTIME
+        return variant.runtime == ONNXRUNTIME
 
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
         return [
@@ -63,16 +61,13 @@ class LocalTarget(Target):
         variant = as_variant(variant)
         cfg = model_io_config(model, name)
         cfg.backend = "python"
-        set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, runner.PRECISION: variant.precision.value,
-                             runner.INTRA_OP_THREADS: str(model.serve.threads)})  # fmt: skip
-        if variant.runtime is not Runtime.ONNXRUNTIME:
-            set_parameters(cfg, {runner.RUNTIME: variant.runtime.value})
-        if variant.runtime is Runtime.OPENVINO:
-            set_parameters(cfg, {runner.OPENVINO_CACHE: OPENVINO_CACHE})
+        set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, PRECISION: variant.precision.value})
+        # The runtime's own parameters: the very ones the build verified and timed it with.
+        set_parameters(cfg, variant.cpu_runtime.parameters(served_knobs(model)))
+        if variant.runtime != DEFAULT:
+            set_parameters(cfg, {RUNTIME: variant.runtime})
         if alone:
             set_parameters(cfg, {runner.RUN_ALONE: "1"})
-        if model.serve.spinning is not None:  # unset: the runner's rule (spin only with a core to spare)
-            set_parameters(cfg, {runner.ALLOW_SPINNING: "1" if model.serve.spinning else "0"})
         if model.sequence is not None:
             set_parameters(cfg, {runner.SEQUENCE_STATE: sequence_state_parameter(model.sequence)})
         # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
@@ -83,3 +78,27 @@ class LocalTarget(Target):
         # tritonserver 2.51's batcher stalls up to 500 ms whenever a queue policy is set
         # (bench/queue_stall.py); only where the spec asks for it.
         return batching.local_queue_policy
+
+
+def sequence_state_parameter(seq: SequenceSpec) -> str:
+    """The states, as JSON, for a model that keeps them itself (the local target's onnx_sequence)."""
+    states = [
+        runner.StateEntry(input=s.input, output=s.output, dtype=s.dtype.value, dims=s.dims) for s in seq.state
+    ]
+    return json.dumps(states, separators=(",", ":"))
+
+
+def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:
+    """Where Triton's queue policy is left out (Batching.local_queue_policy), the onnx_runner
+    model bounds its own queue with the spec's default policy; empty when there is no bound."""
+    policy = batching.queue
+    if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
+        return {}
+    if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
+        return {}
+    reject = policy.timeout_action is TimeoutAction.REJECT  # DELAY: the timeout refuses nothing
+    return {
+        runner.MAX_QUEUE_SIZE: str(policy.max_queue_size),
+        runner.QUEUE_TIMEOUT_US: str(policy.default_timeout_us if reject else 0),
+        runner.ALLOW_TIMEOUT_OVERRIDE: param_str(policy.allow_timeout_override),
+    }

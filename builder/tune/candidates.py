@@ -15,10 +15,12 @@ the spec unchanged. The bounds come from the spec itself:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from builder.python_models.shared.runtimes import Knobs
+from builder.python_models.shared.runtimes.base import INTRA_OP_THREADS
+from builder.python_models.shared.runtimes.onnxruntime import OnnxRuntime, spinning
 from builder.spec import ModelSpec, Spec
 from builder.targets import Target, served_here
 
@@ -52,15 +54,13 @@ class Candidate:
 
 
 def runner_spins(cand: Candidate, cores: int | None = None) -> bool:
-    """Whether the onnx_runner spins for ``cand`` on a machine of ``cores`` (default: this one,
-    which the tuner measures on): as set, else only where the instances' intra-op threads leave a
-    core free (the runner's ``_spinning`` and ``spare_core``, which cannot be imported from a
-    Python-backend model)."""
-    if cand.spinning is not None:
-        return cand.spinning
-    cores = cores or os.cpu_count() or 1
-    threads = cand.threads or max(1, cores // cand.instances)
-    return cand.instances * threads < cores
+    """Whether ONNX Runtime's idle workers spin for ``cand`` on a machine of ``cores`` (default:
+    this one, which the tuner measures on): the served runtime's own rule, for the parameters it
+    writes (as set, else only where the instances' intra-op threads leave a core free)."""
+    params = OnnxRuntime().parameters(Knobs(threads=cand.threads, spinning=cand.spinning))
+    if cores is not None and not cand.threads:  # the cores shared out as on a machine of ``cores``
+        params[INTRA_OP_THREADS] = str(max(1, cores // cand.instances))
+    return spinning(params, cand.instances, cores)
 
 
 def of_spec(model: ModelSpec) -> Candidate:
@@ -143,7 +143,7 @@ def search_space(
     """Every value a candidate may take for model ``name`` on ``target`` (default: the one
     served here, which the tuner measures on)."""
     model = spec.model(name)
-    if model.max_batch_size <= 0:
+    if not model.batched:
         raise ValueError(f"model '{name}' has max_batch_size 0: there is no batching to tune")
     if model.sequence is not None:
         raise ValueError(f"model '{name}' is stateful: the sequence batcher schedules it; nothing to tune")

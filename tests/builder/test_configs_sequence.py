@@ -10,6 +10,7 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelSequenceBatching
 
 from builder.configs import read_config, write_config
+from builder.python_models import model_sources
 from builder.records import ModelBuild, VerificationReport
 from builder.server import TritonServer
 from builder.spec import ModelSpec, Precision, Variant
@@ -75,7 +76,8 @@ def test_local_runs_the_sequence_model_which_keeps_the_states() -> None:
     build = ModelBuild(spec, {fp32: Path("model.onnx")}, served=fp32)
     build.reports[fp32] = VerificationReport(fp32, True, {}, [])
     [entry] = get("local").core_models(build, None)
-    assert entry.sources == {"model.py": ONNX_SEQUENCE, "contract.py": ONNX_SEQUENCE.with_name("contract.py")}
+    assert entry.sources == model_sources(ONNX_SEQUENCE.parent)  # its runtimes/ too
+    assert {"model.py", "contract.py", "runtimes/onnxruntime.py"} <= set(entry.sources)
     sb = entry.config.sequence_batching
     assert not sb.state  # the 2.51 Python backend has no implicit state
     assert sb.WhichOneof("strategy_choice") == "oldest" and sb.oldest.max_candidate_sequences == 64

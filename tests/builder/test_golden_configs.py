@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.host import cpu_has_native_bf16, cpu_has_vnni
 from builder.pipeline import build
 from builder.records import BuildOptions, ModelBuild
-from builder.spec import Precision, Runtime, Variant
-from builder.stages.inputs import cpu_has_native_bf16, cpu_has_vnni
+from builder.spec import ONNXRUNTIME, Precision, Variant
 from tests.conftest import ROOT, test_cache_dir
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -37,7 +37,7 @@ def configs(repo: Path) -> dict[str, str]:
 
 FIXED_ORDER = [
     Variant(p, r)
-    for r in (Runtime.ONNXRUNTIME, Runtime.OPENVINO)
+    for r in (ONNXRUNTIME, "openvino")
     for p in (Precision.INT8, Precision.INT8_DYNAMIC, Precision.FP16, Precision.FP32, Precision.BF16)
 ]
 

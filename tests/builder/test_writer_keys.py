@@ -1,5 +1,5 @@
 """An edit to the code that writes an artifact rebuilds exactly that artifact: the repository
-for its writers (a config writer, a target), a stage for its body in the pipeline."""
+for its writers (a config writer, a target), a stage for its module."""
 
 from __future__ import annotations
 
@@ -39,20 +39,17 @@ def test_editing_a_writer_republishes_and_reruns_no_stage(tiny_project: Path, ed
         assert run(tiny_project) == ([], True), writer
 
 
-def test_editing_a_stage_body_in_the_pipeline_reruns_that_stage(tiny_project: Path, edits: CodeEdits) -> None:
+def test_editing_a_stages_module_reruns_that_stage(tiny_project: Path, edits: CodeEdits) -> None:
     run(tiny_project)
-    body = "    from builder.stages.quantize import Calibrated, quantize_calibrated\n"
-    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    edits.comment("builder/stages/int8.py")
     assert run(tiny_project)[0] == ["int8"]  # the same graph: nothing after it reruns
-    body = "    from builder.stages.quantize import calibrate_int8\n"
-    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    edits.comment("builder/stages/int8_ranges.py")
     assert run(tiny_project)[0] == ["int8-ranges", "int8"]  # the same ranges: the same graph
-    body = '    """Evaluation inputs and the source model\'s outputs on them (the verification truth)."""\n'
-    edits.replace("builder/pipeline.py", body, body + "    assert model.name\n")
+    edits.comment("builder/stages/quantize.py")  # the INT8 stages' helper, and theirs alone
+    assert run(tiny_project)[0] == ["int8-ranges", "int8"]
+    edits.comment("builder/stages/reference.py")
     reference, *verified = run(tiny_project)[0]  # every verification reads the reference
     assert reference == "reference" and verified and all(v.startswith("verify-") for v in verified)
-    # The orchestration is no stage's code.
-    edits.replace(
-        "builder/pipeline.py", "    start = time.perf_counter()\n", "    start = time.perf_counter()\n\n"
-    )
+    # The conductor is no stage's code.
+    edits.comment("builder/pipeline.py")
     assert run(tiny_project) == ([], False)

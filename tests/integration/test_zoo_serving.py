@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 
 from builder.python_models.image_preprocess.model import preprocess_image
 from builder.server import TritonServer
-from builder.spec import Precision, Runtime, Variant, load_spec
+from builder.spec import ONNXRUNTIME, Precision, Variant, load_spec
 
 pytestmark = pytest.mark.integration
 
@@ -144,10 +144,10 @@ def test_efficientnet_labels_the_cat_photo_a_cat(client: grpcclient.InferenceSer
 def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -> None:
     """FP16 and INT8 are verified by top-1 agreement besides cosine; INT8 passes with ONNX Runtime's
     8-bit weights (VNNI) and fails with the 7-bit weights it needs elsewhere (cpu_has_vnni)."""
-    from builder.stages.inputs import cpu_has_vnni
+    from builder.host import cpu_has_vnni
 
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]
-    onnxruntime = {v for v in entry["published"].values() if Variant.parse(v).runtime is Runtime.ONNXRUNTIME}
+    onnxruntime = {v for v in entry["published"].values() if Variant.parse(v).runtime == ONNXRUNTIME}
     assert onnxruntime == ({"fp32", "fp16", "int8"} if cpu_has_vnni() else {"fp32", "fp16"})
     assert Variant.parse(entry["served"]).precision in (Precision.FP32, Precision.BF16)  # serve: [fp32, bf16]
     for precision in ("fp16", "int8"):
@@ -161,7 +161,7 @@ def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -
 def test_smollm2_serves_the_dtype_auto_chose_among_those_verified(zoo_repo: Path) -> None:
     """dtype auto: each candidate verified against the source; the served one verified and is
     the one model.json holds; where the CPU runs bf16 natively both were verified and timed."""
-    from builder.stages.inputs import cpu_has_native_bf16
+    from builder.host import cpu_has_native_bf16
 
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["smollm2"]
     choice = entry["dtype_choice"]

@@ -145,7 +145,8 @@ def test_int8_calibrated_as_the_spec_says_keeps_the_logits(
 ) -> None:
     from builder.data import load_samples
     from builder.stages.quantize import quantize_int8
-    from builder.stages.verify import output_metrics, run_onnx
+    from builder.stages.runtimes import run_onnx
+    from builder.stages.verify import output_metrics
 
     model = load_spec(SPEC).model("resnet18")
     assert model.calibration is not None
@@ -155,7 +156,7 @@ def test_int8_calibrated_as_the_spec_says_keeps_the_logits(
     int8 = quantize_int8(model, checked, samples, tmp_path / "int8").onnx
     with torch.no_grad():
         reference = resnet18()(torch.from_numpy(eval_images)).numpy()
-    logits = run_onnx(int8, {"input": eval_images}, batch_size=8, threads=2)["logits"]
+    logits = run_onnx(int8, {"input": eval_images}, batch_size=8)["logits"]
     metrics = output_metrics(reference, logits)
     assert metrics.mean_cosine is not None and metrics.min_cosine is not None
     assert metrics.mean_cosine >= 0.99 and metrics.min_cosine >= 0.97

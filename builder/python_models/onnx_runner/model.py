@@ -1,5 +1,5 @@
 """The ``local`` target's core model: an ONNX graph on a CPU runtime (ONNX Runtime or OpenVINO,
-``runtimes/``) inside Triton's Python backend.
+``runtimes/``, the build's own modules) inside Triton's Python backend.
 
 Triton's dynamic batcher hands ``execute`` a list of requests. They are run
 as few ONNX Runtime calls as possible: requests whose non-batch shapes agree
@@ -42,10 +42,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from numpy.typing import NDArray
 
-from .contract import ONNX_FILE, ONNX_FILE_KEY, RUN_ALONE, RUNTIME
-from .runtimes import open_session
+from .contract import ONNX_FILE, ONNX_FILE_KEY, RUN_ALONE
+from .runtimes import DEFAULT, RUNTIME, instances, open_served
 from .utils.line import BoundedLine, Pending
-from .utils.sizing import instances
 from .utils.timings import TIMINGS_ENV, Timed, Timings
 
 
@@ -55,8 +54,8 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
         path = folder / params.get(ONNX_FILE_KEY, ONNX_FILE)
-        self.session = open_session(path, params, config)
-        self.runtime = params.get(RUNTIME, "onnxruntime")
+        self.session = open_served(path, params, config)
+        self.runtime = params.get(RUNTIME, DEFAULT)
         self._run = self.session.run
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.inputs = self.session.inputs

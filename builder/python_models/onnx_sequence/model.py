@@ -1,4 +1,5 @@
-"""The ``local`` target's core model for a stateful model: ONNX Runtime, states kept per sequence.
+"""The ``local`` target's core model for a stateful model: ONNX Runtime (opened as ``runtimes/``
+opens it for every model), states kept per sequence.
 
 tritonserver 2.51's Python backend has no implicit state (its backend library never calls
 ``TRITONBACKEND_StateUpdate``), so this model keeps the states itself, as Triton's implicit state
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from numpy.typing import NDArray
 
-from .contract import INTRA_OP_THREADS, ONNX_FILE, ONNX_FILE_KEY, SEQUENCE_STATE, StateEntry
+from .contract import ONNX_FILE, ONNX_FILE_KEY, SEQUENCE_STATE, StateEntry
+from .runtimes import open_served
 
 NUMPY = {
     "BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
@@ -93,16 +94,11 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
-        options = ort.SessionOptions()
-        threads = int(params.get(INTRA_OP_THREADS, "0") or 0)
-        if threads > 0:
-            options.intra_op_num_threads = threads
-        path = folder / params.get(ONNX_FILE_KEY, ONNX_FILE)
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.session = open_served(folder / params.get(ONNX_FILE_KEY, ONNX_FILE), params, config)
         entries: list[StateEntry] = json.loads(params[SEQUENCE_STATE])
         self.states = [State(s["input"], s["output"], NUMPY[s["dtype"]], list(s["dims"])) for s in entries]
         hidden = {s.input for s in self.states}
-        self.inputs = [i.name for i in self.session.get_inputs() if i.name not in hidden]
+        self.inputs = [name for name, _ in self.session.inputs if name not in hidden]
         to_numpy = pb_utils.triton_string_to_numpy
         self.outputs = [(o["name"], to_numpy(o["data_type"])) for o in config["output"]]
         self.run_names = [name for name, _ in self.outputs] + [s.output for s in self.states]
@@ -188,7 +184,7 @@ class TritonPythonModel:
         return int(next(iter(feed.values())).shape[0]) if feed else 1
 
     def finalize(self) -> None:
-        self.session = None
+        self.session = None  # type: ignore[assignment]
 
 
 def _error(message: str) -> Any:

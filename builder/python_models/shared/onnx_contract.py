@@ -16,13 +16,9 @@ ONNX_FILE = "model.onnx"  # the variant's graph, and the model's default for ONN
 
 # -- config parameters (string values) -------------------------------------------------------------
 ONNX_FILE_KEY = "onnx_file"  # the graph's file name in the version folder
-PRECISION = "precision"  # the variant's precision (fp32, bf16, int8...); the OpenVINO runtime compiles for it
-RUNTIME = "runtime"  # "onnxruntime" (unset) or "openvino": the module of onnx_runner/runtimes that runs it
+# The runtime's own parameters (runtime, precision, threads and each runtime's knobs) are its
+# module's, in the ``runtimes`` package both models link to (shared/runtimes/).
 RUN_ALONE = "run_alone"  # "1": each request runs on its own (its answer would move with batch mates)
-OPENVINO_CACHE = "openvino_cache"  # a folder in the version folder for OpenVINO's compiled blobs
-INTRA_OP_THREADS = "intra_op_threads"  # either runtime's threads; "0" or unset: the cores shared out
-ALLOW_SPINNING = "allow_spinning"  # "1"/"0"; unset: spin only where a core is left free
-STOP_SPINNING = "stop_spinning"  # "1": workers spin only while a run goes on (docs/bench.md, light_cnn)
 SEQUENCE_STATE = "sequence_state"  # onnx_sequence: its states, a JSON list of StateEntry
 # onnx_runner's own bound on its queue, where Triton's queue policy is left out:
 MAX_QUEUE_SIZE = "max_queue_size"  # the model's share over its instances; "0": unbounded

@@ -18,7 +18,7 @@ from builder.engines.request import BuildRequest, make_request
 from builder.errors import StageDefect
 from builder.spec import ModelSpec, Precision
 from builder.spec.engine import EngineOptions
-from builder.stages.verify import run_onnx
+from builder.stages.runtimes import run_onnx
 from tests.builder.code_edits import CodeEdits
 
 

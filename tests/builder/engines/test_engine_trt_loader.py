@@ -262,8 +262,7 @@ def test_same_compute_capability_on_10_8_says_it_is_unavailable(trt108, tmp_path
 def test_the_parser_refuses_int32_quantized_biases_and_takes_the_tensorrt_int8_variant(
     trt10, tmp_path, variants
 ) -> None:
-    from builder.stages.inputs import TENSORRT_INT8
-    from builder.stages.quantize import quantize_int8
+    from builder.stages.quantize import TENSORRT_INT8, quantize_int8
     from tests.builder.stages.test_quantize import conv_net, samples, spec
 
     fp32 = conv_net(tmp_path / "net.onnx")

@@ -19,7 +19,7 @@ import pytest
 from engine_support import DOUBLE_DIR
 
 from builder.engines.detect import detect
-from builder.stages.inputs import cpu_has_vnni
+from builder.host import cpu_has_vnni
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tools" / "gpu_check.sh"

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from builder.python_models import PACKAGES, copy_sources, model_sources, package
-from builder.python_models.shared import onnx_contract, processing_contract
+from builder.python_models.shared import onnx_contract, processing_contract, runtimes
+from builder.python_models.shared.runtimes import onnxruntime as ort_runtime
+from builder.python_models.shared.runtimes import openvino
 from builder.spec import ModelSpec, Precision, load_spec
 from builder.targets import get
 from tests.builder.fixtures import hf_checkpoints as hf
@@ -56,12 +58,10 @@ def test_the_local_target_writes_only_its_runners_contract_keys() -> None:
     written = set()
     for spec in (queued, stateful):
         written |= set(get("local").core_config(spec, spec.name, Precision.FP32).parameters)
-    assert {
-        onnx_contract.MAX_QUEUE_SIZE,
-        onnx_contract.ALLOW_SPINNING,
-        onnx_contract.SEQUENCE_STATE,
-    } <= written
-    assert written <= declared(onnx_contract)
+    assert {onnx_contract.MAX_QUEUE_SIZE, ort_runtime.ALLOW_SPINNING, onnx_contract.SEQUENCE_STATE} <= written
+    # the model's own keys, and its runtime's (shared/runtimes: the runtime, the precision, its knobs)
+    runtime_keys = declared(runtimes) | declared(runtimes.base) | declared(ort_runtime) | declared(openvino)
+    assert written <= declared(onnx_contract) | runtime_keys
 
 
 def test_a_checkpoint_pipeline_names_only_the_processing_contracts_tensors(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ import pytest
 from builder.sources import SOURCES, source_of
 from builder.spec import ModelSpec
 from builder.stages.code import ROOT, closure
-from builder.stages.inputs import ExportInputs, ReferenceInputs
+from builder.stages.export import ExportInputs
+from builder.stages.reference import ReferenceInputs
 from tests.builder.sources.entries import model
 
 

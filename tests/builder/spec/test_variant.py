@@ -9,11 +9,11 @@ import yaml
 
 from builder.errors import SpecError, VerificationError
 from builder.records import ModelBuild, VerificationReport
-from builder.spec import ModelSpec, Precision, Runtime, Variant, load_spec
+from builder.spec import ModelSpec, Precision, Variant, load_spec
 from builder.targets import get
 
 FP32, BF16, INT8 = Precision.FP32, Precision.BF16, Precision.INT8
-OV = Runtime.OPENVINO
+OV = "openvino"
 
 
 def model(**fields: object) -> dict[str, object]:

@@ -13,7 +13,8 @@ from builder.data import synthetic_samples
 from builder.sources import export, load_source
 from builder.spec import ModelSpec, Precision, load_spec
 from builder.stages.export import torch_reference
-from builder.stages.verify import run_onnx, verify_variant
+from builder.stages.runtimes import run_onnx
+from builder.stages.verify import verify_variant
 from tests.builder.fixtures import hf_checkpoints as hf
 
 TASKS = {

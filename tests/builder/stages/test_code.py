@@ -88,6 +88,6 @@ def test_a_function_named_as_code_counts_what_it_uses_of_its_module_and_nothing_
 
 
 def test_a_function_s_imports_count_where_it_uses_them() -> None:
-    _, imported = function_closure("builder.pipeline:_int8_ranges")
-    assert {"builder.stages.quantize", "builder.stages.smoothing", "builder.data"} <= set(imported)
-    assert "builder.engines.build" not in imported  # imported by the pipeline, not used by the body
+    _, imported = function_closure("builder.llm.build:_check")
+    assert {"builder.llm.check", "builder.llm.gguf_check", "builder.sources"} <= set(imported)
+    assert "builder.llm.lora" not in imported  # imported by the module, not used by the body

@@ -12,10 +12,18 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import ModelRefused, SpecError
+from builder.host import cpu_has_vnni
 from builder.spec import ModelSpec
 from builder.stages import quantize
-from builder.stages.inputs import TENSORRT_INT8, Int8Recipe, cpu_has_vnni, int8_recipe
-from builder.stages.quantize import LOG_FILE, quantize_int8, quantize_int8_dynamic, tensorrt_qdq_problems
+from builder.stages.quantize import (
+    LOG_FILE,
+    TENSORRT_INT8,
+    Int8Recipe,
+    int8_recipe,
+    quantize_int8,
+    quantize_int8_dynamic,
+    tensorrt_qdq_problems,
+)
 
 RNG = np.random.default_rng(0)
 WITH_TABLE = Int8Recipe(calibration_table=True)

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from builder.errors import SpecError
-from builder.spec import ModelSpec, load_spec
+from builder.spec import ModelSpec, Variant, load_spec
 from builder.stages.check import compare
+from builder.stages.runtimes import open_variant
 from builder.stages.sequence import first_step_feed, run_sequence
-from builder.stages.verify import session
 from tests.builder.fixtures.recurrent import (
     CHUNKS,
     chunks,
@@ -85,7 +85,7 @@ def test_the_loop_carries_the_state_as_the_server_does(name: str, tmp_path: Path
     spec = next(m for m in load_spec(spec_path).models if m.name == name)
     stream = chunks(3)
     samples = {"x": stream if spec.max_batch_size == 0 else stream[:, 0]}
-    got = run_sequence(session(tmp_path / f"{name}.onnx"), spec, samples)["y"]
+    got = run_sequence(open_variant(Variant.parse("fp32"), tmp_path / f"{name}.onnx"), spec, samples)["y"]
     want = np.stack(onnx_loop(name, tmp_path, stream))
     assert got.shape == ((CHUNKS, 1, 3) if spec.max_batch_size == 0 else (CHUNKS, 3))
     np.testing.assert_allclose(got.reshape(want.shape), want, atol=1e-6)

@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import SpecError
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance
-from builder.stages.verify import compare, run_onnx, time_variant, verify_variant
+from builder.stages.runtimes import run_onnx
+from builder.stages.verify import compare, time_variant, verify_variant
 
 RNG = np.random.default_rng(2)
 W = RNG.normal(0, 0.5, (6, 4)).astype(np.float32)
@@ -147,7 +148,7 @@ def test_missing_and_misshapen_outputs_fail() -> None:
 @pytest.mark.parametrize("batch_size", [1, 3, 4, 100])
 def test_run_onnx_batches_and_concatenates(tmp_path: Path, batch_size: int) -> None:
     x = RNG.standard_normal((10, 6)).astype(np.float32)
-    out = run_onnx(linear(tmp_path / "m.onnx"), {"x": x}, batch_size=batch_size, threads=1)
+    out = run_onnx(linear(tmp_path / "m.onnx"), {"x": x}, batch_size=batch_size)
     np.testing.assert_allclose(out["logits"], x @ W, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(out["ids"][:, 0], np.argmax(x @ W, axis=1))
 
@@ -267,17 +268,17 @@ def test_a_model_that_never_batches_is_not_checked_for_batch_mates(tmp_path: Pat
 
 def test_openvino_variants_are_verified_on_openvino_and_say_what_they_computed(tmp_path: Path) -> None:
     from builder.errors import ModelRefused
-    from builder.spec import Runtime, Variant
-    from builder.stages.inputs import cpu_has_native_bf16
+    from builder.host import cpu_has_native_bf16
+    from builder.spec import Variant
 
     x = RNG.normal(size=(8, 6)).astype(np.float32)
     path = linear(tmp_path / "m.onnx")
-    report = verify_variant(spec(8), Variant(Precision.FP32, Runtime.OPENVINO), path, {"x": x}, reference(x))
+    report = verify_variant(spec(8), Variant(Precision.FP32, "openvino"), path, {"x": x}, reference(x))
     assert report.passed and report.computed_in == "f32" and report.variant.name == "fp32_openvino"
     bf16 = spec(8).model_copy(update={"tolerances": {Precision.BF16: Tolerance(min_cosine=0.99)}})
     if cpu_has_native_bf16():
-        got = verify_variant(bf16, Variant(Precision.BF16, Runtime.OPENVINO), path, {"x": x}, reference(x))
+        got = verify_variant(bf16, Variant(Precision.BF16, "openvino"), path, {"x": x}, reference(x))
         assert got.computed_in == "bf16"
     else:
         with pytest.raises(ModelRefused, match="computes f32, not bf16"):
-            verify_variant(bf16, Variant(Precision.BF16, Runtime.OPENVINO), path, {"x": x}, reference(x))
+            verify_variant(bf16, Variant(Precision.BF16, "openvino"), path, {"x": x}, reference(x))

@@ -1,5 +1,5 @@
-"""Stage keys: a changed source file, data file or tool version re-runs exactly the stages
-that read it."""
+"""Stage keys (builder/stages/base.py): a changed source file, data file or tool version re-runs
+exactly the stages that read it."""
 
 from __future__ import annotations
 
@@ -10,46 +10,15 @@ import pytest
 
 from builder.pipeline import build
 from builder.records import BuildOptions
-from builder.stages import inputs
-from builder.stages.inputs import ExportInputs, Fp16Inputs, ReferenceInputs, module_fingerprint
-
-
-def test_factory_fingerprint_covers_modules_it_imports_from_the_spec_folder(tmp_path: Path) -> None:
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 4\n")
-    (tmp_path / "pkg" / "model.py").write_text(
-        "from pkg.layers import WIDTH\n\ndef build():\n    return WIDTH\n"
-    )
-    (tmp_path / "unrelated.py").write_text("X = 1\n")
-    before = module_fingerprint("pkg.model:build", tmp_path)
-    (tmp_path / "unrelated.py").write_text("X = 2\n")
-    assert module_fingerprint("pkg.model:build", tmp_path) == before
-    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 8\n")
-    assert module_fingerprint("pkg.model:build", tmp_path) != before
-
-
-def test_a_folder_without_init_in_the_spec_folder_does_not_stop_the_fingerprint(tmp_path: Path) -> None:
-    """A spec folder holding, say, ``builder/python_models/`` beside a factory importing the
-    installed ``builder`` package: Python's module finder fails on such a namespace package."""
-    (tmp_path / "builder" / "python_models").mkdir(parents=True)
-    (tmp_path / "zoo").mkdir()
-    (tmp_path / "zoo" / "__init__.py").write_text("")
-    (tmp_path / "zoo" / "layers.py").write_text("WIDTH = 4\n")
-    (tmp_path / "zoo" / "model.py").write_text(
-        "from builder.errors import DataError\n"
-        "from zoo.layers import WIDTH\n\ndef build():\n    return WIDTH\n"
-    )
-    before = module_fingerprint("zoo.model:build", tmp_path)
-    (tmp_path / "zoo" / "layers.py").write_text("WIDTH = 8\n")
-    assert module_fingerprint("zoo.model:build", tmp_path) != before
+from builder.stages import base
+from builder.stages.export import ExportInputs
+from builder.stages.fp16 import Fp16Inputs
+from builder.stages.reference import ReferenceInputs
 
 
 def test_a_tool_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     key = Fp16Inputs(checked_sha256="abc").key()
-    monkeypatch.setattr(
-        inputs, "tool_version", lambda tool: "99.0" if tool == "onnxconverter-common" else "1"
-    )
+    monkeypatch.setattr(base, "tool_version", lambda tool: "99.0" if tool == "onnxconverter-common" else "1")
     assert Fp16Inputs(checked_sha256="abc").key() != key
 
 
@@ -61,8 +30,8 @@ def test_transformers_is_a_tool_of_the_export_and_the_reference(monkeypatch: pyt
         ReferenceInputs(exported_sha256="a", source_fingerprint="f", evaluation="e"),
     ]  # fmt: skip
     keys = [stage.key() for stage in stages]
-    real = inputs.tool_version
-    monkeypatch.setattr(inputs, "tool_version", lambda t: "99.0" if t == "transformers" else real(t))
+    real = base.tool_version
+    monkeypatch.setattr(base, "tool_version", lambda t: "99.0" if t == "transformers" else real(t))
     assert [stage.key() != key for stage, key in zip(stages, keys, strict=True)] == [True, True]
 
 
@@ -108,7 +77,7 @@ def test_changed_inputs_rerun_exactly_their_stages(
     assert {"int8-ranges", "int8"} <= ran <= {"int8-ranges", "int8", "verify-int8", "verify-int8_openvino"}
 
     # A new onnxconverter-common: the FP16 conversion (and its check if its bytes changed).
-    real = inputs.tool_version
-    monkeypatch.setattr(inputs, "tool_version", lambda t: "99.0" if t == "onnxconverter-common" else real(t))
+    real = base.tool_version
+    monkeypatch.setattr(base, "tool_version", lambda t: "99.0" if t == "onnxconverter-common" else real(t))
     ran = run(tiny_project)
     assert "fp16" in ran and ran <= {"fp16", "verify-fp16"}
