@@ -16,9 +16,11 @@ from numpy.typing import NDArray
 from builder.dtypes import to_numpy
 from builder.errors import DataError, ModelRefused
 from builder.factories import import_factory
-from builder.spec import DataSpec, DType, ModelSourceKind, ModelSpec, Task, TensorSpec
+from builder.spec import DataSpec, DType, ModelSourceKind, ModelSpec, TensorSpec
 from builder.spec.probe import probe_record
 from builder.spec.synthetic import synthetic_array, token_ranges
+from builder.tasks import task
+from builder.tasks.base import CoreInputs
 
 # Exceptions a user's reader raises for bad data; turned into one-line DataErrors.
 _READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
@@ -68,50 +70,20 @@ def _from_reader(
 
 
 def _from_checkpoint(model: ModelSpec, path: Path, spec_dir: Path, section: str) -> dict[str, NDArray[Any]]:
-    """Texts (one a line) or images (a folder of them) read as the checkpoint's own tokenizer or
-    image processor reads them."""
-    field = f"{section}.data"
+    """Data read as the model's task reads them (texts, one a line, or a folder of images), through
+    the checkpoint's own tokenizer or image processor."""
+    served = task(model.task)
     try:
-        if model.task is Task.IMAGE_CLASSIFICATION:
-            files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-            return checkpoint_pixels(model, [f.read_bytes() for f in files], spec_dir)
-        lines = path.read_text(encoding="utf-8").splitlines()
-        texts = [line for line in lines if line.strip() and not line.startswith("#")]
-        return checkpoint_tokens(model, texts, spec_dir)
+        return served.read_data(path, core_inputs(model, spec_dir))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        what = "a folder of images" if model.task is Task.IMAGE_CLASSIFICATION else "a text file, one a line"
-        raise DataError(f"expected {what}: {type(exc).__name__}: {exc}", file=path, model=model.name,
-                        field=field) from None  # fmt: skip
+        raise DataError(f"expected {served.data_description}: {type(exc).__name__}: {exc}", file=path,
+                        model=model.name, field=f"{section}.data") from None  # fmt: skip
 
 
-def _checkpoint_folder(model: ModelSpec, spec_dir: Path) -> str:
-    return str(Path(model.source) if Path(model.source).is_absolute() else spec_dir / model.source)
-
-
-def checkpoint_tokens(model: ModelSpec, texts: list[str], spec_dir: Path) -> dict[str, NDArray[Any]]:
-    """The texts through the checkpoint's tokenizer, padded to the longest and truncated at the
-    profile's longest, as int64 arrays per model input."""
-    from transformers import AutoTokenizer
-
-    if not texts:
-        raise ValueError("no texts")
-    tokenizer = AutoTokenizer.from_pretrained(_checkpoint_folder(model, spec_dir))
-    longest = model.shape_range(model.inputs[0]).max[0]
-    encoded = tokenizer(texts, padding=True, truncation=True, max_length=longest, return_tensors="np")
-    return {t.name: np.asarray(encoded[t.name], dtype=np.int64) for t in model.inputs}
-
-
-def checkpoint_pixels(model: ModelSpec, images: list[bytes], spec_dir: Path) -> dict[str, NDArray[Any]]:
-    """Image files through the checkpoint's image processor: float32 ``pixel_values``."""
-    import io
-
-    from PIL import Image
-    from transformers import AutoImageProcessor
-
-    processor = AutoImageProcessor.from_pretrained(_checkpoint_folder(model, spec_dir))
-    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
-    pixels = processor(images=pictures, return_tensors="np")["pixel_values"]
-    return {model.inputs[0].name: np.asarray(pixels, dtype=np.float32)}
+def core_inputs(model: ModelSpec, spec_dir: Path) -> CoreInputs:
+    """What a checkpoint's task reads data into: its folder, and the inputs at their largest."""
+    folder = Path(model.source) if Path(model.source).is_absolute() else spec_dir / model.source
+    return CoreInputs(folder, {t.name: list(model.shape_range(t).max) for t in model.inputs})
 
 
 def _from_npz(path: Path, model: str, section: str) -> dict[str, NDArray[Any]]:
@@ -207,19 +179,6 @@ SYNTHETIC_SAMPLES = 8
 SYNTHETIC_SEED = 0
 
 
-# A text checkpoint without evaluation data is verified on these, through its own tokenizer.
-SAMPLE_TEXTS = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Paris is the capital of France.",
-    "I loved this film, the acting was wonderful!",
-    "The service was slow and the food arrived cold.",
-    "John Smith moved from Berlin to New York in 2019.",
-    "Can you recommend a good book about the history of science?",
-    "Hugging Face hosts models, datasets and demos.",
-    "It rained all day.",
-)
-
-
 def synthetic_samples(
     model: ModelSpec,
     count: int = SYNTHETIC_SAMPLES,
@@ -230,13 +189,15 @@ def synthetic_samples(
 ) -> dict[str, NDArray[Any]]:
     """Samples for a model without evaluation data, at the first profile's opt shapes: seeded
     standard-normal floats, and integers as their names and ``graph`` (the exported model) say
-    (``builder.spec.synthetic``); a variant is held against the source graph on them. A text
-    checkpoint's are ``SAMPLE_TEXTS`` through its tokenizer.
+    (``builder.spec.synthetic``); a variant is held against the source graph on them. A checkpoint's
+    are its task's samples where it has some (a text task's sample texts through its tokenizer).
 
     Where the spec's fill probed the opt shape with ONNX Runtime, ``log`` says so; where no shape
     tried ran, the refusal says the samples are synthetic at a guessed shape and what fixes it."""
-    if model.task is not None and model.task.text and spec_dir is not None:
-        return checkpoint_tokens(model, list(SAMPLE_TEXTS[:count]), spec_dir)
+    if model.task is not None and spec_dir is not None:
+        samples = task(model.task).sample_inputs(core_inputs(model, spec_dir), count)
+        if samples is not None:
+            return samples
     if spec_dir is not None:
         _probed(model, spec_dir, log)
     vocab = _token_ranges(graph if graph is not None else _source_graph(model, spec_dir))

@@ -71,6 +71,10 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("builder/spec/__init__.py", "import builder.pipeline", "builder layers"),
         ("builder/records.py", "from builder import targets", "builder layers"),
+        # The tasks sit below the spec, which composes a checkpoint's entries with them as it loads.
+        ("builder/tasks/base.py", "from builder.spec import ModelSpec", "builder layers"),
+        ("builder/tasks/text.py", "import builder.data", "builder layers"),
+        ("builder/tasks/base.py", "import builder.tasks.text", "no cycles between sibling"),
         ("builder/engines/build.py", "import builder.repository", "builder layers"),
         ("clients/model.py", "import builder.spec", "clients ship alone"),
         ("builder/stages/graph_tensors.py", "from builder.stages import check", "no cycles between sibling"),
@@ -105,6 +109,11 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("clients/vllm_engine_contract.py", "import clients.errors", "Python-backend models import nothing"),
         # The other models' contracts: files of builder/python_models/shared/ their packages link to,
         # or a package's own contract.py.
+        (
+            "builder/python_models/hf_classification/model.py",
+            "import builder.tasks.classification",
+            "Python-backend models import nothing",
+        ),
         (
             "builder/python_models/shared/onnx_contract.py",
             "import builder.configs",

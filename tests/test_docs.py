@@ -1,6 +1,8 @@
 """The docs' examples are true to the code: every Python block parses, the spec example is a
-valid spec, the example target of docs/targets.md is a complete Target that writes a config, and
-the example source of docs/sources.md has every member of a source, exports its archive and runs it."""
+valid spec, the example target of docs/targets.md is a complete Target that writes a config, the
+example source of docs/sources.md has every member of a source, exports its archive and runs it,
+and its example task, registered with one line, is named by the architectures it does and composes
+a valid spec."""
 
 import re
 from pathlib import Path
@@ -144,3 +146,26 @@ def test_the_example_stage_makes_the_fp16_graph_through_the_stage_cache(tiny_pro
     half = ort_session(made.out / GRAPH).run(None, {name: x})[0]
     full = ort_session(job.graph(CHECK.name)).run(None, {name: x})[0]
     np.testing.assert_allclose(half, full, rtol=0.05, atol=0.05)
+
+
+def test_the_example_task_registered_composes_a_valid_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    from builder.tasks import TASKS, task, task_for_architecture
+    from tests.builder.tasks.checkpoints import composed, image
+
+    (code,) = [c for c in blocks(ROOT / "docs" / "sources.md", "python") if "class ObjectDetection" in c]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/sources.md", "exec"), namespace)
+    detector = namespace["ObjectDetection"]()  # type: ignore[operator]  # abstract members all given
+    monkeypatch.setitem(TASKS, detector.name, detector)  # the registry line
+    assert hasattr(transformers, detector.auto_class) and "detr" in getattr(modeling_auto, detector.mapping)
+    assert task_for_architecture("DetrForObjectDetection") is detector is task("object-detection")
+    spec = composed(image("object-detection", labels=3), name="detr")
+    outputs = [(t.name, t.dims) for t in spec.model("detr").outputs]
+    assert outputs == [("logits", [-1, 4]), ("pred_boxes", [-1, 4])]  # three labels and "no object"
+    assert [m.name for m in spec.python_models] == ["detr_preprocess", "detr_postprocess"]
+    (pipeline,) = spec.ensembles
+    assert [t.name for t in pipeline.inputs] == ["IMAGE"]
+    assert [t.name for t in pipeline.outputs] == ["DETECTIONS"]

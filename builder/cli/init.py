@@ -21,18 +21,16 @@ import yaml
 from builder.errors import SpecError
 from builder.sources import SOURCES, InitRequest
 from builder.spec import ModelSourceKind, load_spec
-from builder.spec.checkpoint import Task
 from builder.spec.kinds import model_source_kind
 from builder.spec.probe import probe_record
 from builder.spec.variant import runtime_names
+from builder.tasks import TASKS
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("init", help="write a spec entry for an ONNX file or a Hugging Face checkpoint")
     p.add_argument("model", type=Path, help="the .onnx file, or a Hugging Face checkpoint folder")
-    p.add_argument(
-        "--task", choices=[t.value for t in Task], help="a checkpoint's task (default: config.json's)"
-    )
+    p.add_argument("--task", choices=list(TASKS), help="a checkpoint's task (default: config.json's)")
     p.add_argument("--name", help="the model's name (default: the file's name)")
     p.add_argument(
         "--calibration",

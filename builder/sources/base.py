@@ -3,8 +3,9 @@
 A source kind (an ONNX file, a PyTorch factory, a Hugging Face checkpoint) is one object in one
 module of ``builder/sources/``; the pipeline, the export stage and ``tritonforge init`` ask it and
 never name a kind. What the spec reads from a source when it is loaded (an ONNX graph's tensors in
-``builder/spec/graph.py``; a checkpoint's tensors, pre/post-processing models and ensemble in
-``builder/spec/checkpoint.py``) stays in ``builder/spec``, the layer every other one reads.
+``builder/spec/graph.py``; a checkpoint folder in ``builder/spec/checkpoint.py``, whose task in
+``builder/tasks/`` composes its tensors, pre/post-processing models and ensemble) stays below the
+stages, in ``builder/spec`` and the tasks it calls, the layers every other one reads.
 """
 
 from __future__ import annotations

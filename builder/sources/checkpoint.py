@@ -1,9 +1,9 @@
 """A Hugging Face checkpoint folder and its task as a model's source.
 
-When the spec is loaded, ``builder.spec.checkpoint`` fills in the core model's tensors from the
-folder and adds its Python-backend models (``<name>_preprocess``, ``<name>_postprocess``) and
-ensemble (``<name>_pipeline``). The build exports the task's module (``builder.stages.checkpoint``)
-and runs it for the reference.
+When the spec is loaded, ``builder.spec.checkpoint`` reads the folder and its task
+(``builder.tasks``) fills in the core model's tensors and adds its Python-backend models
+(``<name>_preprocess``, ``<name>_postprocess``) and ensemble (``<name>_pipeline``). The build
+exports the task's module (``builder.stages.checkpoint``) and runs it for the reference.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from builder.cache import tree_hash
 from builder.errors import SpecError
 from builder.sources.base import InitRequest, Samples, relative, torch_outputs
 from builder.spec import ModelSpec
-from builder.spec.checkpoint import Task, read_checkpoint, task_of
+from builder.spec.checkpoint import read_checkpoint, task_of
 from builder.stages.checkpoint import checkpoint_module
+from builder.tasks import names
 
 
 class CheckpointSource:
@@ -45,16 +46,17 @@ class CheckpointSource:
             return None
         if not (path / "config.json").is_file():
             raise SpecError("no config.json: not a Hugging Face checkpoint folder", file=path)
-        task = request.task or task_of(path / "config.json")
+        named = task_of(path / "config.json")
+        task = request.task or (named.name if named is not None else None)
         if task is None:
             raise SpecError(
-                f"names no single task; give --task ({', '.join(t.value for t in Task)})",
+                f"names no single task; give --task ({names()})",
                 file=path / "config.json",
                 field="architectures",
             )
         spec_dir = spec_file.parent
         name = request.name or re.sub(r"[^A-Za-z0-9_-]+", "_", path.resolve().name).strip("_") or "model"
-        entry: dict[str, Any] = {"name": name, "source": relative(path, spec_dir), "task": Task(task).value}
+        entry: dict[str, Any] = {"name": name, "source": relative(path, spec_dir), "task": task}
         if request.calibration:
             entry["precisions"] = ["fp32", "int8"]
             entry["calibration"] = {"data": relative(Path(request.calibration), spec_dir)}

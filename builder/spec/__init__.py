@@ -28,8 +28,7 @@ from pydantic import (
 )
 
 from builder.errors import SpecError
-from builder.spec.checkpoint import Task as Task  # re-exported: ModelSpec.task is typed with it
-from builder.spec.checkpoint import expand
+from builder.spec.checkpoint import TaskName, expand
 from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors are typed with it
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
@@ -310,7 +309,7 @@ class ModelSpec(Strict, OmitsUnset):
     """A core model built from ONNX: exported, checked, quantized, verified, served."""
 
     name: Name
-    task: Task | None = None  # a Hugging Face checkpoint's task; the source is then its folder
+    task: TaskName | None = None  # a Hugging Face checkpoint's task (builder/tasks/); source: its folder
     source: Annotated[str, Field(min_length=1)]
     inputs: Annotated[list[TensorSpec], Field(min_length=1)]
     outputs: Annotated[list[TensorSpec], Field(min_length=1)]

@@ -1,8 +1,8 @@
 """The contract of the pre- and post-processing models around a core model: ``tokenizer`` (a packaged
 ``tokenizer.json``), and a Hugging Face checkpoint's ``hf_tokenizer``, ``hf_classification`` and
-``hf_token_classification``: the config parameters, tensor names and files that
-builder/spec/checkpoint.py writes (models.yaml's ``parameters:`` for ``tokenizer``) and the models
-read, declared once. A checkpoint's pipeline hands tensors from one model to the next under these
+``hf_token_classification``: the config parameters, tensor names and files that the checkpoint tasks
+(builder/tasks/) write (models.yaml's ``parameters:`` for ``tokenizer``) and the models read,
+declared once. A checkpoint's pipeline hands tensors from one model to the next under these
 names. (``hf_image_processor`` has its own ``contract.py``: its files and ``pixel_values``.)
 
 Each package links to this file as its ``contract.py``, so the repository writer copies it beside

@@ -13,8 +13,9 @@ import yaml
 from builder.cli import main
 from builder.errors import SpecError
 from builder.sources import source_of
-from builder.spec import Task, load_spec
+from builder.spec import load_spec
 from builder.spec.checkpoint import task_of
+from builder.tasks import TASKS
 from tests.builder.fixtures import hf_checkpoints as hf
 
 
@@ -38,7 +39,7 @@ def test_a_token_classifier_becomes_a_model_its_tokenizer_its_labeller_and_a_pip
 ) -> None:
     spec = load_spec(_spec(checkpoints, {"name": "ner", "source": "ner", "task": "token-classification"}))
     core = spec.model("ner")
-    assert core.task is Task.TOKEN_CLASSIFICATION and source_of(core).kind == "checkpoint"
+    assert core.task == "token-classification" and source_of(core).kind == "checkpoint"
     assert [t.name for t in core.inputs] == ["input_ids", "token_type_ids", "attention_mask"]
     assert [(t.name, t.dims) for t in core.outputs] == [("logits", [-1, len(hf.ENTITIES)])]
     assert core.profiles[0].shapes["input_ids"].max == [64]  # the checkpoint's max_position_embeddings
@@ -113,8 +114,8 @@ def test_the_build_command_exits_2_on_a_bad_checkpoint(
 def test_init_writes_the_task_config_architectures_name(
     checkpoints: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert task_of(checkpoints / "ner" / "config.json") is Task.TOKEN_CLASSIFICATION
-    assert task_of(checkpoints / "bert" / "config.json") is Task.FEATURE_EXTRACTION
+    assert task_of(checkpoints / "ner" / "config.json") is TASKS["token-classification"]
+    assert task_of(checkpoints / "bert" / "config.json") is TASKS["feature-extraction"]
     monkeypatch.chdir(checkpoints)
     assert main(["init", "ner"]) == 0
     (entry,) = yaml.safe_load(capsys.readouterr().out)["models"]

@@ -1,0 +1,45 @@
+"""The tasks a Hugging Face checkpoint is served for, one module each, keyed by the name
+transformers' pipelines and models.yaml's ``task:`` give them (docs/sources.md#adding-a-task).
+
+``task(name)`` is the one lookup: the spec, the export stage, the data readers and
+``tritonforge init`` ask the object it returns and never name a task.
+"""
+
+from __future__ import annotations
+
+from builder.tasks.base import CheckpointTask
+from builder.tasks.feature_extraction import FeatureExtraction
+from builder.tasks.image_classification import ImageClassification
+from builder.tasks.text_classification import TextClassification
+from builder.tasks.token_classification import TokenClassification
+
+TASKS: dict[str, CheckpointTask] = {
+    t.name: t
+    for t in (
+        FeatureExtraction(),
+        TextClassification(),
+        TokenClassification(),
+        ImageClassification(),
+    )
+}
+
+
+class UnknownTask(ValueError):
+    """A task name no module registers; the message lists the known ones."""
+
+
+def names() -> str:
+    return ", ".join(TASKS)
+
+
+def task(name: object) -> CheckpointTask:
+    """The task registered under ``name``."""
+    found = TASKS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise UnknownTask(f"unknown task {name!r}: one of {names()}")
+    return found
+
+
+def task_for_architecture(architecture: str) -> CheckpointTask | None:
+    """The task a ``config.architectures`` class name ends in (``BertForTokenClassification``)."""
+    return next((t for t in TASKS.values() if architecture.endswith(t.architecture_suffix)), None)
