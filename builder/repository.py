@@ -39,12 +39,14 @@ from builder.targets.writer import link, write_entry
 
 MANIFEST = "manifest.json"
 TOOLS = ("onnx", "onnxruntime", "torch", "tritonclient", "numpy", "onnxconverter-common", "onnxsim")
-# What writes the repository: this module, every target, the config and LLM serving writers.
+# What writes the repository: this module, every target, the config and LLM entry writers. The
+# key holds their code and every project module they import.
 WRITERS = (
     "builder.repository",
     "builder.targets",
     "builder.configs",
     "builder.llm.serving",
+    "builder.llm.gpu",
     "builder.publish",
 )
 Json = dict[str, object]
