@@ -31,6 +31,7 @@ from builder.cache import StageResult, file_hash, key_of, tree_hash
 from builder.configs import ensemble_config, label_file_name
 from builder.errors import SpecError
 from builder.factories import import_factory
+from builder.failures import environment_fault
 from builder.publish import clean_leftovers, publish, staging_dir
 from builder.python_models import PACKAGES, model_sources
 from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
@@ -127,8 +128,11 @@ def write_and_publish(repo_spec: Repository, repo: Path) -> bool:
         manifest["repository_key"] = digest
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
         publish(staging, repo)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)  # the repository in place stays as it was
+        fault = environment_fault(exc, where=staging)  # a full disk, a permission: the host's
+        if fault is not None:
+            raise fault from exc
         raise
     log(f"publish: {repo} ({repo_spec.target.name} target)")
     return True
