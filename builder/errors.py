@@ -1,4 +1,5 @@
-"""Errors the command line turns into one line and exit status 2."""
+"""Errors the command line turns into one line: the user's (exit status 2), and the build's own
+failures (exit status 1): a stage's defect, or the host refusing what the build needs."""
 
 from __future__ import annotations
 
@@ -77,3 +78,15 @@ class StageDefect(BuildError):
             f"model '{model}': {stage} stage: {summary} (a defect of tritonforge, not of the model; "
             f"traceback in {log}; please report it with that file)"
         )
+
+
+class EnvironmentFault(BuildError):
+    """The host refused what a command needs: no space left on a device, a permission, memory, a
+    port already taken, open files. Neither the user's input nor a defect of tritonforge: one line
+    naming what and where (``no space left on device writing <path>``), exit status 1, and the
+    traceback kept in ``log`` (the command line writes one where the raiser could not)."""
+
+    def __init__(self, what: str, log: Path | None = None) -> None:
+        self.what = what
+        self.log = log
+        super().__init__(what)

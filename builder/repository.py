@@ -11,8 +11,10 @@ Layout (``local`` target)::
       image_preprocess/1/model.py   Python-backend pre/post-processing
       resnet18_image/1/             ensembles (an empty version folder)
 
-What each core model becomes on a target is the target's answer
-(``Target.core_models``); this module writes those entries and builds nothing.
+What each core model or LLM becomes on a target is the target's answer (``Target.core_models``,
+``Target.llm_models``, ``Target.python_model``); this module completes those entries with what the
+spec names (labels, a Python model's code and files), adds the ensembles', writes every one with
+``builder.targets.writer.write_entry`` and builds nothing.
 """
 
 from __future__ import annotations
@@ -20,31 +22,35 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from builder import __version__
 from builder.cache import StageResult, file_hash, key_of, tree_hash
-from builder.configs import ensemble_config, label_file_name, write_config
+from builder.configs import ensemble_config, label_file_name
 from builder.errors import SpecError
 from builder.factories import import_factory
+from builder.failures import environment_fault
 from builder.publish import clean_leftovers, publish, staging_dir
-from builder.python_models import PACKAGES, copy_sources, model_sources
+from builder.python_models import PACKAGES, model_sources
 from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
-from builder.spec import FACTORY_PATTERN, PythonModelSpec, Spec, TensorSpec
+from builder.spec import FACTORY_PATTERN, EnsembleSpec, PythonModelSpec, Spec, TensorSpec
 from builder.stages.code import code_fingerprint
 from builder.targets import ModelEntry, Target
-from builder.targets.writer import link, write_entry
+from builder.targets.writer import write_entry
 
 MANIFEST = "manifest.json"
 TOOLS = ("onnx", "onnxruntime", "torch", "tritonclient", "numpy", "onnxconverter-common", "onnxsim")
-# What writes the repository: this module, every target, the config and LLM serving writers.
+# What writes the repository: this module, every target (the folder writer, targets/writer.py, with
+# them), the config and LLM entry writers, publishing. The key holds their code and every project
+# module they import.
 WRITERS = (
     "builder.repository",
     "builder.targets",
     "builder.configs",
     "builder.llm.serving",
+    "builder.llm.gpu",
     "builder.publish",
 )
 Json = dict[str, object]
@@ -122,8 +128,11 @@ def write_and_publish(repo_spec: Repository, repo: Path) -> bool:
         manifest["repository_key"] = digest
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
         publish(staging, repo)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)  # the repository in place stays as it was
+        fault = environment_fault(exc, where=staging)  # a full disk, a permission: the host's
+        if fault is not None:
+            raise fault from exc
         raise
     log(f"publish: {repo} ({repo_spec.target.name} target)")
     return True
@@ -162,12 +171,10 @@ def _assemble(r: Repository, root: Path) -> Json:
     for lb in r.llms:
         models[lb.spec.name] = _write_llm(lb, r, root)
     for pm in r.ctx.spec.python_models:
-        _write_python_model(pm, r, root)
+        _write_entry(_python_entry(pm, r), pm.outputs, r.ctx, root)
         models[pm.name] = {"kind": "python"}
     for ens in r.ctx.spec.ensembles:
-        (root / ens.name / "1").mkdir(parents=True)
-        write_config(ensemble_config(ens, r.ctx.spec), root / ens.name)
-        _write_labels(ens.outputs, r.ctx, root / ens.name, ens.name)
+        _write_entry(_ensemble_entry(ens, r.ctx.spec), ens.outputs, r.ctx, root)
         models[ens.name] = {"kind": "ensemble", "steps": [s.model for s in ens.steps]}
     return {
         "tritonforge": __version__,
@@ -229,22 +236,27 @@ def _stages(stages: list[StageResult]) -> Json:
 def _write_entry(
     entry: ModelEntry, outputs: list[TensorSpec], ctx: BuildContext, root: Path
 ) -> dict[str, str]:
-    """The model folder and its labels; each built file's hash, by its path in the repository."""
-    version = write_entry(entry, root)
-    _write_labels(outputs, ctx, root / entry.name, entry.name)
+    """The model folder with its labels; each built file's hash, by its path in the repository."""
+    if (root / entry.name).exists():  # a published variant's name (<model>_<variant>) taken by a model
+        message = "two of the spec's models would be published under this name"
+        raise SpecError(message, file=ctx.spec_file, model=entry.name)
+    version = write_entry(replace(entry, labels=_label_files(outputs, ctx, entry.name)), root)
     return {f"{entry.name}/1/{name}": file_hash(version / name) for name in entry.artifacts}
 
 
-def _write_python_model(pm: PythonModelSpec, r: Repository, root: Path) -> None:
-    entry = r.target.python_model(pm)
-    version = root / pm.name / "1"
-    version.mkdir(parents=True)
-    copy_sources(model_sources(r.ctx.spec_dir / pm.path), version)
-    for i, extra in enumerate(pm.files):
-        path = resolve_file(extra, r.ctx.spec_file, pm.name, f"files[{i}]")
-        link(path, version / path.name)
-    write_config(entry.config, root / pm.name)
-    _write_labels(pm.outputs, r.ctx, root / pm.name, pm.name)
+def _python_entry(pm: PythonModelSpec, r: Repository) -> ModelEntry:
+    """The target's Python model with the spec's code (its folder's package) and ``files:``."""
+    files = [resolve_file(extra, r.ctx.spec_file, pm.name, f"files[{i}]") for i, extra in enumerate(pm.files)]
+    return replace(
+        r.target.python_model(pm),
+        sources=model_sources(r.ctx.spec_dir / pm.path),
+        files={path.name: path for path in files},
+    )
+
+
+def _ensemble_entry(ens: EnsembleSpec, spec: Spec) -> ModelEntry:
+    """An ensemble: its config and an empty version folder (Triton requires one)."""
+    return ModelEntry(ensemble_config(ens, spec))
 
 
 def _labels(outputs: list[TensorSpec], ctx: BuildContext, model: str) -> dict[str, list[str]]:
@@ -256,9 +268,10 @@ def _labels(outputs: list[TensorSpec], ctx: BuildContext, model: str) -> dict[st
     }
 
 
-def _write_labels(outputs: list[TensorSpec], ctx: BuildContext, model_dir: Path, model: str) -> None:
-    for name, lines in _labels(outputs, ctx, model).items():
-        (model_dir / name).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+def _label_files(outputs: list[TensorSpec], ctx: BuildContext, model: str) -> dict[str, str]:
+    """Each labels file's name and text, one label a line."""
+    labels = _labels(outputs, ctx, model)
+    return {name: "".join(f"{line}\n" for line in lines) for name, lines in labels.items()}
 
 
 def tool_versions() -> dict[str, str]:

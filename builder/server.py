@@ -29,6 +29,7 @@ from typing import Any
 
 from builder import shared_memory
 from builder.errors import BuildError
+from builder.failures import environment_fault
 
 STUB = "triton_python_backend_stub"
 BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
@@ -41,6 +42,20 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Raise the host's refusal (an ``EnvironmentFault``: ``address already in use: <host>:<port>
+    (<what>)``) when ``port`` is taken, before a server fails on it in a log of its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            fault = environment_fault(exc, where=f"{host}:{port} ({what})")
+            if fault is not None:
+                raise fault from exc  # else (an address not of this host) the server says why
 
 
 def _answers(url: str) -> bool:
@@ -218,6 +233,8 @@ class TritonServer:
         if self._proc is not None:
             raise RuntimeError("server already started")
         for key, port in self._ports.items():
+            if port:  # a port the caller named: taken, it is the host's fault, said before starting
+                check_port_free(self.host, port, f"tritonserver's {key} port")
             setattr(self, f"{key}_port", port or find_free_port(self._client_host))
         if self._log_given is None:
             fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import sys
 import threading
 import time
@@ -47,6 +48,9 @@ class OpenAIServer:
         return f"http://{host}:{self.port}/v1"
 
     def start(self, timeout: float = 30) -> None:
+        """Listen; a port taken (or refused) raises the bind's own ``OSError``, its errno kept
+        (uvicorn would log it and stop)."""
+        self._check_port()
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
@@ -57,6 +61,18 @@ class OpenAIServer:
             time.sleep(0.05)
         sockets = [s for server in self._server.servers for s in server.sockets]
         self.port = int(sockets[0].getsockname()[1])
+
+    def _check_port(self) -> None:
+        if self.port == 0:
+            return
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                message = f"the OpenAI endpoint could not listen on {self.host}:{self.port}: {exc.strerror}"
+                raise OSError(exc.errno, message) from exc
 
     def is_running(self) -> bool:
         return self._thread.is_alive()

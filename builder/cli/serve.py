@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.errors import BuildError
+from builder.errors import BuildError, EnvironmentFault
+from builder.failures import environment_fault
 from builder.server import TritonServer
 from openai_frontend import API_KEY_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 
@@ -113,6 +114,8 @@ START_TIMEOUT_S = 600  # an LLM in the repository: vLLM's engine takes from 20 s
 def _serve(server: TritonServer, stop: threading.Event, args: argparse.Namespace) -> int:
     try:
         server.start(timeout=START_TIMEOUT_S)
+    except EnvironmentFault:
+        raise  # a port taken: the command line names it and keeps its traceback
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -122,6 +125,11 @@ def _serve(server: TritonServer, stop: threading.Event, args: argparse.Namespace
             try:
                 stack.enter_context(openai)
             except (OSError, TimeoutError) as exc:
+                fault = environment_fault(
+                    exc, where=f"{args.host}:{args.openai_port} (the OpenAI endpoint's port)"
+                )
+                if fault is not None:
+                    raise fault from exc
                 print(f"error: {exc}", file=sys.stderr)
                 return 1
         return _wait(server, stop, openai)

@@ -6,7 +6,7 @@ queue): for LLMs that outgrow one pod. The model is the checkpoint the ``gpu`` b
 at ``<repository-url>/<llm>/1/checkpoint`` (the repository's layout) or, without a repository
 URL, at ``llm/<llm>/1/checkpoint`` on the engine-cache claim; KServe's storage initializer puts
 it at /mnt/models, which the template serves. The engine settings are the gpu entry's
-model.json (``builder.llm.gpu.gpu_model_json``) as vLLM flags, the sampling defaults its
+model.json (``builder.llm.gpu.gpu_engine_args``) as vLLM flags, the sampling defaults its
 ``--override-generation-config``, the LoRA adapters ``--lora-modules`` from /mnt/lora (an init
 container running KServe's storage initializer fetches them; a claim is mounted). The args
 name the served model and port too: on 0.16 the template's args are replaced, not added to.
@@ -22,8 +22,8 @@ import json
 from pathlib import PurePosixPath
 
 from builder.errors import UserError
-from builder.llm.gpu import CHECKPOINT_DIR, gpu_model_json
-from builder.llm.serving import LORA_DIR
+from builder.llm.gpu import CHECKPOINT_DIR, gpu_engine_args
+from builder.llm.serving import LORA_DIR, model_json
 from builder.spec.llm import LLMSpec
 
 from . import k8s, llm
@@ -62,7 +62,7 @@ def entry_uri(one: LLMSpec, opts: DeployOptions) -> str:
 def vllm_flags(one: LLMSpec) -> list[str]:
     """The gpu entry's engine arguments as ``vllm serve`` flags, then the sampling defaults."""
     flags: list[str] = ["--served-model-name", one.name, "--port", str(VLLM_PORT)]
-    for key, value in gpu_model_json(one).items():
+    for key, value in model_json(gpu_engine_args(one)).items():
         if key in NOT_FLAGS:
             continue
         flag = "--" + key.replace("_", "-")

@@ -2,36 +2,29 @@
 ``-vllm-python-py3`` tritonserver image, built from the same checkpoint as the CPU engine.
 
 The entry is ``<name>/config.pbtxt`` plus ``<name>/1/model.json`` (vLLM's engine arguments,
-read by the backend from the version folder) and ``<name>/1/checkpoint/``. vLLM resolves the
-``model`` path against the server's working directory, not the version folder, so model.json
-names the checkpoint where the image mounts the repository.
+read by the backend from the version folder) and ``<name>/1/checkpoint/``. Its engine arguments are
+the CPU engine's (``builder.llm.serving.engine_args``) with the spec's ``gpu`` section, and
+``model.json`` is written by the same ``model_json``. vLLM resolves the ``model`` path against the
+server's working directory, not the version folder, so model.json names the checkpoint where the
+image mounts the repository (``mounted_version``), as ``multi_lora.json`` names the adapters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import shutil
-from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelTransactionPolicy
 
 from builder.llm.interface import BACKEND_INPUTS, BACKEND_OUTPUTS, add_tensors
-from builder.llm.serving import LORA_DIR
-from builder.python_models.vllm_engine.contract import (
-    ENGINE_ARGS_FILE,
-    HEALTH_CHECK,
-    LORA_NAMES,
-    MULTI_LORA_FILE,
-)
+from builder.llm.serving import CHECKPOINT_DIR as CHECKPOINT_DIR  # re-exported: deploy reads the checkpoint
+from builder.llm.serving import Device, EngineArgs, engine_args
+from builder.python_models.vllm_engine.contract import HEALTH_CHECK, LORA_NAMES
 from builder.spec.llm import LLMSpec
 
-CHECKPOINT_DIR = "checkpoint"
 # Where the image serves the repository from (deploy/entrypoint.sh, TRITONFORGE_REPOSITORY).
 DEFAULT_MOUNT = PurePosixPath("/opt/tritonforge/model_repository")
-
-JsonValue = str | int | float | bool
 
 
 def gpu_config(spec: LLMSpec) -> ModelConfig:
@@ -52,55 +45,25 @@ def gpu_config(spec: LLMSpec) -> ModelConfig:
     return cfg
 
 
-def gpu_multi_lora(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> dict[str, str]:
-    """``multi_lora.json`` for Triton's vLLM backend: it hands each path to vLLM as written, and
-    vLLM resolves a relative one against the server's working directory, so the paths are
-    absolute, under the repository's mount (as model.json's ``model``)."""
-    assert spec.lora is not None
-    version = mount / spec.name / "1"
-    return {name: str(version / LORA_DIR / name) for name in sorted(spec.lora.adapters)}
+def mounted_version(name: str, *, mount: PurePosixPath = DEFAULT_MOUNT) -> PurePosixPath:
+    """The entry's version folder where the image mounts the repository: the folder the paths in
+    its model.json and multi_lora.json start from."""
+    return mount / name / "1"
 
 
-def gpu_model_json(spec: LLMSpec, *, mount: PurePosixPath = DEFAULT_MOUNT) -> dict[str, JsonValue]:
-    """vLLM's ``AsyncEngineArgs`` for the GPU host, from the spec's ``gpu`` section."""
+def gpu_engine_args(spec: LLMSpec) -> EngineArgs:
+    """vLLM's engine arguments on the GPU host: the CPU engine's with the spec's ``gpu`` section (its
+    dtype, memory share, GPUs and ``max_num_seqs``), the checkpoint under the mount, eager mode and
+    seed left to vLLM (CUDA graphs), and vLLM's stats on for the backend's custom metrics."""
     gpu = spec.gpu
-    lora: dict[str, JsonValue] = {}
-    if spec.lora is not None:
-        lora = {"enable_lora": True, "max_lora_rank": spec.lora.max_lora_rank,
-                "max_loras": spec.lora.batch_loras}  # fmt: skip
-    return {
-        "model": str(mount / spec.name / "1" / CHECKPOINT_DIR),
-        "dtype": gpu.dtype.value,
-        "max_model_len": spec.max_model_len,
-        "max_num_seqs": spec.gpu_max_num_seqs,
-        "gpu_memory_utilization": gpu.gpu_memory_utilization,
-        "tensor_parallel_size": gpu.tensor_parallel_size,
-        "enable_prefix_caching": spec.enable_prefix_caching,
-        "enable_chunked_prefill": spec.enable_chunked_prefill,
-        "scheduling_policy": spec.scheduling_policy.value,
-        "disable_log_stats": False,
-        **lora,
-    }
-
-
-def write_gpu_entry(
-    spec: LLMSpec, checkpoint: Path, repo: Path, *, mount: PurePosixPath = DEFAULT_MOUNT,
-    adapters: Mapping[str, Path] | None = None,
-) -> Path:  # fmt: skip
-    """Write ``repo/<name>/`` (config, model.json, a copy of the checkpoint and, for a spec with
-    ``lora:``, of each of ``adapters``' folders with multi_lora.json); return that folder."""
-    entry = repo / spec.name
-    version = entry / "1"
-    shutil.rmtree(entry, ignore_errors=True)
-    version.mkdir(parents=True)
-    (entry / "config.pbtxt").write_text(text_format.MessageToString(gpu_config(spec)))
-    (version / ENGINE_ARGS_FILE).write_text(json.dumps(gpu_model_json(spec, mount=mount), indent=2) + "\n")
-    shutil.copytree(checkpoint, version / CHECKPOINT_DIR)
-    if spec.lora is not None:
-        missing = sorted(set(spec.lora.adapters) - set(adapters or {}))
-        if missing:
-            raise ValueError(f"{spec.name}: no folder given for adapter(s) {', '.join(missing)}")
-        for name in sorted(spec.lora.adapters):
-            shutil.copytree((adapters or {})[name], version / LORA_DIR / name)
-        (version / MULTI_LORA_FILE).write_text(json.dumps(gpu_multi_lora(spec, mount=mount), indent=2) + "\n")
-    return entry
+    return dataclasses.replace(
+        engine_args(spec, gpu.dtype),
+        model=str(mounted_version(spec.name) / CHECKPOINT_DIR),
+        device=Device.GPU,
+        max_num_seqs=spec.gpu_max_num_seqs,
+        gpu_memory_utilization=gpu.gpu_memory_utilization,
+        tensor_parallel_size=gpu.tensor_parallel_size,
+        enforce_eager=None,
+        seed=None,
+        disable_log_stats=False,
+    )

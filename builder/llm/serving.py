@@ -1,8 +1,11 @@
-"""What the repository writer needs to serve an LLM on the ``local`` target.
+"""What the repository writer needs to serve an LLM.
 
-``EngineArgs`` → ``model_json`` (the vLLM engine arguments, written to ``<model>/1/model.json``)
-and ``ServingSettings`` → ``local_config`` (the decoupled Python-backend ``ModelConfig`` of
-``builder/python_models/vllm_engine``, which speaks Triton's vLLM-backend interface). The file names
+``EngineArgs`` (from the spec: ``engine_args``) → ``model_json``, the vLLM engine arguments written
+to ``<model>/1/model.json`` for either server that runs an LLM: the ``vllm_engine`` Python-backend
+model on the CPU and Triton's own vLLM backend on a GPU host (``builder/llm/gpu.py`` makes its
+arguments from these, with the spec's ``gpu`` section); ``multi_lora_json`` names the adapters for
+both. ``ServingSettings`` → ``local_config``, the decoupled Python-backend ``ModelConfig`` of
+``builder/python_models/vllm_engine``, which speaks Triton's vLLM-backend interface. The file names
 and parameter keys are the model's contract's (``vllm_engine/contract.py``).
 """
 
@@ -27,9 +30,10 @@ from builder.python_models.vllm_engine.contract import (
     SAMPLING_DEFAULTS,
     STREAM_MIN_GAP_MS,
 )
-from builder.spec.llm import Sampling
+from builder.spec.llm import LLMDType, LLMSpec, Sampling
 from builder.spec.llm import SchedulingPolicy as SchedulingPolicy  # the spec's, re-exported
 
+CHECKPOINT_DIR = "checkpoint"  # the checkpoint's folder in the version folder
 LORA_DIR = "loras"  # the adapters' folder in the version folder
 MODEL_SOURCE = package("vllm_engine") / "model.py"  # beside it, the modules of its package
 GIB = 1 << 30
@@ -58,7 +62,8 @@ class LoRAArgs:
 @dataclass(frozen=True)
 class EngineArgs:
     """The vLLM engine's arguments. ``model`` is a checkpoint folder: absolute, or relative to the
-    version folder (for example ``checkpoint``, when the build puts it at ``1/checkpoint/``)."""
+    version folder (for example ``checkpoint``, when the build puts it at ``1/checkpoint/``).
+    ``enforce_eager`` and ``seed`` None: left to vLLM (on a GPU, its CUDA graphs)."""
 
     model: str
     dtype: str = "bfloat16"
@@ -70,13 +75,17 @@ class EngineArgs:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
-    enforce_eager: bool = True
+    enforce_eager: bool | None = True
     max_num_batched_tokens: int | None = None
-    seed: int = 0
+    seed: int | None = 0
     # vLLM's stream_interval: the engine's outputs every this many new tokens. 1 (vLLM's default):
     # the model coalesces what piles up while a response is sent (ServingSettings.stream_min_gap_ms).
     stream_interval: int = 1
     lora: LoRAArgs | None = None  # None: no LoRA adapters (enable_lora left out)
+    tensor_parallel_size: int = 1  # GPU: the GPUs one engine spans
+    # True: the vllm_engine model's own stat logger feeds Triton's metrics, vLLM's default loggers
+    # stay off; Triton's vLLM backend (REPORT_CUSTOM_METRICS) reads vLLM's own stats instead.
+    disable_log_stats: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -89,6 +98,10 @@ class EngineArgs:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(
                 f"engine: gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.tensor_parallel_size < 1:
+            raise ValueError(
+                f"engine: tensor_parallel_size must be at least 1, got {self.tensor_parallel_size}"
             )
         if self.stream_interval < 1:
             raise ValueError(f"engine: stream_interval must be at least 1, got {self.stream_interval}")
@@ -171,24 +184,28 @@ class ServingSettings:
 
 
 def model_json(args: EngineArgs) -> dict[str, Any]:
-    """The engine arguments as ``model.json`` holds them (keys of vLLM's ``AsyncEngineArgs``)."""
+    """The engine arguments as ``model.json`` holds them (keys of vLLM's ``AsyncEngineArgs``), for
+    the device's server: the KV cache's bytes on the CPU, the GPUs' memory share and count on a GPU."""
+    gpu = Device(args.device) is Device.GPU
     out: dict[str, Any] = {
         "model": args.model,
         "dtype": args.dtype,
         "max_model_len": args.max_model_len,
         "max_num_seqs": args.max_num_seqs,
-        "enable_prefix_caching": args.enable_prefix_caching,
-        "enable_chunked_prefill": args.enable_chunked_prefill,
-        "scheduling_policy": SchedulingPolicy(args.scheduling_policy).value,
-        "enforce_eager": args.enforce_eager,
-        "seed": args.seed,
-        # The model's own stat logger feeds Triton's metrics; vLLM's default loggers stay off.
-        "disable_log_stats": True,
     }
-    if Device(args.device) is Device.CPU:
-        out["kv_cache_memory_bytes"] = int(args.kv_cache_space_gib * GIB)
-    else:
+    if gpu:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
+        out["tensor_parallel_size"] = args.tensor_parallel_size
+    out["enable_prefix_caching"] = args.enable_prefix_caching
+    out["enable_chunked_prefill"] = args.enable_chunked_prefill
+    out["scheduling_policy"] = SchedulingPolicy(args.scheduling_policy).value
+    if args.enforce_eager is not None:
+        out["enforce_eager"] = args.enforce_eager
+    if args.seed is not None:
+        out["seed"] = args.seed
+    out["disable_log_stats"] = args.disable_log_stats
+    if not gpu:
+        out["kv_cache_memory_bytes"] = int(args.kv_cache_space_gib * GIB)
     if args.max_num_batched_tokens is not None:
         out["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.stream_interval != 1:  # vLLM's default: left out, for a vLLM without it
@@ -196,6 +213,27 @@ def model_json(args: EngineArgs) -> dict[str, Any]:
     if args.lora is not None:
         out.update(args.lora.as_json())
     return out
+
+
+def lora_args(spec: LLMSpec) -> LoRAArgs | None:
+    lora = spec.lora
+    return None if lora is None else LoRAArgs(max_lora_rank=lora.max_lora_rank, max_loras=lora.batch_loras)
+
+
+def engine_args(spec: LLMSpec, dtype: LLMDType) -> EngineArgs:
+    """The spec's engine on the CPU, reading the checkpoint at ``1/checkpoint/``; ``dtype``: the one
+    the verify stage passed (dtype auto's choice)."""
+    return EngineArgs(
+        model=CHECKPOINT_DIR,  # relative to the version folder
+        dtype=dtype.value,
+        max_model_len=spec.max_model_len,
+        max_num_seqs=spec.max_num_seqs,
+        kv_cache_space_gib=spec.kv_cache_space_gib,
+        enable_prefix_caching=spec.enable_prefix_caching,
+        enable_chunked_prefill=spec.enable_chunked_prefill,
+        scheduling_policy=spec.scheduling_policy,
+        lora=lora_args(spec),
+    )
 
 
 def multi_lora_json(paths: Mapping[str, str]) -> str:

@@ -30,13 +30,18 @@ from builder.spec import ONNXRUNTIME, Batching, InstanceKind, ModelSpec, Precisi
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model folder of the repository: its config and the files of its version folder."""
+    """One model folder of the repository, whatever it serves (a core model's variant, an LLM, a
+    Python model, an ensemble): its config, the files of its version folder ``1/`` (an ensemble's
+    is empty) and the labels files beside the config. ``builder.targets.writer.write_entry`` writes
+    it."""
 
     config: ModelConfig
     artifacts: dict[str, Path] = field(default_factory=dict)  # built files: name in version folder 1 -> file
     sources: dict[str, Path] = field(default_factory=dict)  # code copied into version folder 1
     texts: dict[str, str] = field(default_factory=dict)  # generated files of version folder 1
     variant: Variant | None = None  # the variant it publishes (None: a fallback or helper model)
+    files: dict[str, Path] = field(default_factory=dict)  # the spec's own files (``files:``), linked into 1
+    labels: dict[str, str] = field(default_factory=dict)  # labels files beside config.pbtxt: name -> text
 
     @property
     def name(self) -> str:

@@ -6,7 +6,6 @@ and ``<model>_onnx`` serves the same model with ONNX Runtime beside it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -14,13 +13,12 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import ONNX_FILE, model_io_config, set_instances, set_warmup
 from builder.engines.profiles import opt_batches, profile_shapes, triton_profiles
 from builder.errors import SpecError, VerificationError
-from builder.llm.gpu import gpu_config, gpu_model_json, gpu_multi_lora
-from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
+from builder.llm.gpu import gpu_config, gpu_engine_args, mounted_version
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, Variant
 from builder.spec.engine import cc_model_filenames
 from builder.targets.base import ModelEntry, Target
-from builder.targets.vllm_python import adapter_files, checkpoint_files
+from builder.targets.vllm_python import llm_entry
 
 PLAN_FILE = "model.plan"
 
@@ -35,12 +33,13 @@ class GpuTarget(Target):
         return [self._plan_model(build, engines), self._fallback(build)]
 
     def llm_models(self, build: LLMBuild) -> list[ModelEntry]:
-        """An entry for Triton's vLLM backend (``backend: "vllm"``, the -vllm-python-py3 image)."""
-        texts = {ENGINE_ARGS_FILE: json.dumps(gpu_model_json(build.spec), indent=2) + "\n"}
-        if build.spec.lora is not None:
-            texts[MULTI_LORA_FILE] = json.dumps(gpu_multi_lora(build.spec), indent=2) + "\n"
-        files = {**checkpoint_files(build.checkpoint), **adapter_files(build.adapters)}
-        return [ModelEntry(gpu_config(build.spec), files, texts=texts)]
+        """An entry for Triton's vLLM backend (``backend: "vllm"``, the -vllm-python-py3 image), its
+        paths where the image mounts the repository."""
+        spec = build.spec
+        return [
+            llm_entry(gpu_config(spec), gpu_engine_args(spec), version=mounted_version(spec.name),
+                      checkpoint=build.checkpoint, adapters=build.adapters)
+        ]  # fmt: skip
 
     def published(self, build: ModelBuild) -> dict[str, Variant]:
         assert build.served is not None

@@ -1,19 +1,23 @@
-"""An LLM as the ``vllm_engine`` Python-backend model: vLLM's engine inside tritonserver, with
-the interface of Triton's vLLM backend (the local and cpu targets serve LLMs this way)."""
+"""An LLM's model folder. The local and cpu targets serve it as the ``vllm_engine`` Python-backend
+model: vLLM's engine inside tritonserver, with the interface of Triton's vLLM backend. The gpu target
+serves it with that backend itself, from the same engine arguments (``llm_entry`` makes both)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.llm.serving import (
+    CHECKPOINT_DIR,
     LORA_DIR,
     MODEL_SOURCE,
     EngineArgs,
     Lane,
-    LoRAArgs,
     ServingSettings,
+    engine_args,
     local_config,
     model_json,
     multi_lora_json,
@@ -21,11 +25,11 @@ from builder.llm.serving import (
 from builder.python_models import model_sources
 from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, MULTI_LORA_FILE
 from builder.records import LLMBuild
-from builder.spec.llm import LLMDType, LLMSpec
+from builder.spec.llm import LLMSpec
 from builder.targets.base import ModelEntry
 from builder.targets.writer import write_entry
 
-CHECKPOINT_DIR = "checkpoint"
+IN_PLACE = PurePosixPath()  # paths relative to the version folder
 
 
 def vllm_python_entry(build: LLMBuild) -> ModelEntry:
@@ -39,22 +43,40 @@ def vllm_python_model(
     name: str, engine: EngineArgs, settings: ServingSettings | None = None, *,
     checkpoint: Path | None = None, adapters: Mapping[str, Path] | None = None,
 ) -> ModelEntry:  # fmt: skip
-    """Config, the ``vllm_engine`` package in ``1/`` (``model.py`` and its modules), ``1/model.json``
-    and ``checkpoint``'s files under ``1/checkpoint/``; with LoRA adapters, each under
-    ``1/loras/<name>/`` and ``1/multi_lora.json`` naming them relative to the version folder (the
-    model resolves them there, as it does ``model``)."""
-    if checkpoint is not None and engine.model != CHECKPOINT_DIR:
-        raise ValueError(f"engine: model '{engine.model}' is not the checkpoint's folder '{CHECKPOINT_DIR}'")
+    """The ``vllm_engine`` model: its config, and the package in ``1/`` (``model.py`` and its
+    modules) beside what ``llm_entry`` puts there, the paths relative to the version folder (the
+    model resolves them there)."""
+    return llm_entry(
+        local_config(name, settings), engine, sources=model_sources(MODEL_SOURCE.parent),
+        checkpoint=checkpoint, adapters=adapters,
+    )  # fmt: skip
+
+
+def llm_entry(
+    config: ModelConfig, engine: EngineArgs, *, version: PurePosixPath = IN_PLACE,
+    sources: Mapping[str, Path] | None = None, checkpoint: Path | None = None,
+    adapters: Mapping[str, Path] | None = None,
+) -> ModelEntry:  # fmt: skip
+    """An LLM's model folder for either server: ``config``, ``1/model.json`` from ``engine``,
+    ``checkpoint``'s files under ``1/checkpoint/``, each of ``adapters`` under ``1/loras/<name>/``
+    with ``1/multi_lora.json`` naming them, and ``sources`` (code) in ``1/``.
+
+    ``version`` is the version folder as vLLM will resolve the paths: relative (the ``vllm_engine``
+    model resolves them against the version folder) or absolute where the server mounts the
+    repository (Triton's vLLM backend hands them to vLLM as written, and vLLM resolves a relative one
+    against the server's working directory). With a checkpoint, ``engine.model`` must name it there.
+    """
+    if checkpoint is not None and engine.model != str(version / CHECKPOINT_DIR):
+        raise ValueError(
+            f"engine: model '{engine.model}' is not the checkpoint's folder '{version / CHECKPOINT_DIR}'"
+        )
     adapters = adapters or {}
     texts = {ENGINE_ARGS_FILE: json.dumps(model_json(engine), indent=2) + "\n"}
     if adapters:
-        texts[MULTI_LORA_FILE] = multi_lora_json({a: adapter_dir(a) for a in adapters})
+        texts[MULTI_LORA_FILE] = multi_lora_json({a: str(version / adapter_dir(a)) for a in sorted(adapters)})
     files = checkpoint_files(checkpoint) if checkpoint is not None else {}
     return ModelEntry(
-        local_config(name, settings),
-        artifacts={**files, **adapter_files(adapters)},
-        sources=model_sources(MODEL_SOURCE.parent),
-        texts=texts,
+        config, artifacts={**files, **adapter_files(adapters)}, sources=dict(sources or {}), texts=texts
     )
 
 
@@ -82,26 +104,6 @@ def adapter_files(adapters: Mapping[str, Path]) -> dict[str, Path]:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
-
-
-def lora_args(spec: LLMSpec) -> LoRAArgs | None:
-    lora = spec.lora
-    return None if lora is None else LoRAArgs(max_lora_rank=lora.max_lora_rank, max_loras=lora.batch_loras)
-
-
-def engine_args(spec: LLMSpec, dtype: LLMDType) -> EngineArgs:
-    """``dtype``: the one the verify stage passed (dtype auto's choice)."""
-    return EngineArgs(
-        model=CHECKPOINT_DIR,  # relative to the version folder
-        dtype=dtype.value,
-        max_model_len=spec.max_model_len,
-        max_num_seqs=spec.max_num_seqs,
-        kv_cache_space_gib=spec.kv_cache_space_gib,
-        enable_prefix_caching=spec.enable_prefix_caching,
-        enable_chunked_prefill=spec.enable_chunked_prefill,
-        scheduling_policy=spec.scheduling_policy,
-        lora=lora_args(spec),
-    )
 
 
 def serving_settings(spec: LLMSpec) -> ServingSettings:

@@ -1,5 +1,6 @@
-"""The one writer of a model folder from its entry: the repository writes every entry with it, and
-tests and benchmarks that serve an LLM alone write theirs with it too (``vllm_python``)."""
+"""The one writer of a model folder from its entry: the repository writes every entry with it (core
+models, LLMs, Python models, ensembles), and tests and benchmarks that serve an LLM alone write
+theirs with it too (``vllm_python``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from builder.targets.base import ModelEntry
 
 
 def write_entry(entry: ModelEntry, root: Path) -> Path:
-    """``root/<name>``: config, version folder with artifacts (linked) and sources (copied), and
-    the generated texts; returns the version folder."""
+    """``root/<name>``: config and labels files, version folder with artifacts (linked), sources
+    (copied), the spec's files (linked) and the generated texts; returns the version folder."""
     model_dir = root / entry.name
     version = model_dir / "1"
     version.mkdir(parents=True, exist_ok=True)
@@ -22,9 +23,13 @@ def write_entry(entry: ModelEntry, root: Path) -> Path:
         (version / name).parent.mkdir(parents=True, exist_ok=True)
         link(src, version / name)
     copy_sources(entry.sources, version)
+    for name, src in entry.files.items():
+        link(src, version / name)
     for name, text in entry.texts.items():
         (version / name).write_text(text, encoding="utf-8")
     write_config(entry.config, model_dir)
+    for name, text in entry.labels.items():
+        (model_dir / name).write_text(text, encoding="utf-8")
     return version
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import urllib.error
 import urllib.request
@@ -33,5 +34,6 @@ def test_a_taken_port_is_an_error_naming_it() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(OSError, match=f"could not listen on 127.0.0.1:{port}"):
+        with pytest.raises(OSError, match=f"could not listen on 127.0.0.1:{port}") as caught:
             OpenAIServer(SETTINGS, TritonEngine(NOWHERE), port=port).start()
+    assert caught.value.errno == errno.EADDRINUSE  # the bind's own: the host's fault, named so

@@ -17,9 +17,12 @@ from builder.deploy import k8s, llm, sizing
 from builder.deploy.common import DeployOptions
 from builder.deploy.llm_repository import move_vllm_entries
 from builder.errors import UserError
-from builder.llm.gpu import DEFAULT_MOUNT, write_gpu_entry
+from builder.llm.gpu import DEFAULT_MOUNT
+from builder.records import LLMBuild, LLMVerdict
 from builder.spec import Spec, load_spec
 from builder.spec.llm import LLMDType
+from builder.targets import TARGETS
+from builder.targets.writer import write_entry
 
 ROOT = Path(__file__).resolve().parents[3]
 # SmolLM2-135M's config.json sizes (the zoo's LLM): 134,515,008 parameters.
@@ -169,7 +172,9 @@ def test_vllm_entries_move_to_their_own_repository(spec: Spec, tmp_path: Path) -
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
-    write_gpu_entry(spec.llms[0], checkpoint, source)
+    verdict = LLMVerdict(LLMDType.BFLOAT16, True, 1.0, 0.0, ())
+    for entry in TARGETS["gpu"].llm_models(LLMBuild(spec.llms[0], checkpoint, verdict, [])):
+        write_entry(entry, source)  # as a gpu build writes it
     other = source / "resnet"
     other.mkdir()
     (other / "config.pbtxt").write_text(text_format.MessageToString(ModelConfig(platform="onnxruntime_onnx")))

@@ -1,20 +1,26 @@
 """GPU-host entries for Triton's vLLM backend: the config round-trips through text_format, the
-engine arguments are vLLM's own, and the real tritonserver accepts the config (it stops only
-at the missing 'vllm' backend, which a CPU machine does not have)."""
+engine arguments are the CPU engine's with the spec's gpu section and vLLM's own, and the real
+tritonserver accepts the entry the gpu target writes (it stops only at the missing 'vllm' backend,
+which a CPU machine does not have)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import urllib.request
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from builder.llm.gpu import ENGINE_ARGS_FILE, gpu_config, gpu_model_json, write_gpu_entry
-from builder.spec.llm import LLMSpec, parse_llm
+from builder.llm.gpu import DEFAULT_MOUNT, gpu_config, gpu_engine_args
+from builder.llm.serving import Device, engine_args, model_json
+from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE
+from builder.records import LLMBuild, LLMVerdict
+from builder.spec.llm import LLMDType, LLMSpec, parse_llm
+from builder.targets import TARGETS
+from builder.targets.writer import write_entry
 from tests.builder.llm.needs import NEEDS_VLLM
 
 
@@ -60,9 +66,13 @@ def test_config_round_trips_through_text_format() -> None:
     assert parsed.parameters["ENABLE_VLLM_HEALTH_CHECK"].string_value == "true"  # dead engine: unloaded
 
 
+def gpu_model_json(spec: LLMSpec) -> dict[str, object]:
+    return model_json(gpu_engine_args(spec))
+
+
 def test_model_json_takes_the_gpu_section() -> None:
-    args = gpu_model_json(spec(), mount=PurePosixPath("/models"))
-    assert args["model"] == "/models/smollm2/1/checkpoint"
+    args = gpu_model_json(spec())
+    assert args["model"] == f"{DEFAULT_MOUNT}/smollm2/1/checkpoint"
     assert (args["dtype"], args["tensor_parallel_size"], args["gpu_memory_utilization"]) == (
         "float16",
         2,
@@ -70,6 +80,18 @@ def test_model_json_takes_the_gpu_section() -> None:
     )
     assert (args["max_model_len"], args["max_num_seqs"], args["scheduling_policy"]) == (4096, 64, "priority")
     assert args["disable_log_stats"] is False  # the backend's custom metrics need vLLM's stats
+    assert "enforce_eager" not in args and "seed" not in args  # vLLM's own: CUDA graphs on a GPU
+    assert "kv_cache_memory_bytes" not in args  # the GPU's share instead
+
+
+def test_the_gpu_engine_is_the_cpu_engine_with_the_gpu_section() -> None:
+    cpu, gpu = engine_args(spec(), LLMDType.FLOAT16), gpu_engine_args(spec())
+    assert gpu.device is Device.GPU and cpu.device is Device.CPU
+    same = {"model", "device", "max_num_seqs", "gpu_memory_utilization", "tensor_parallel_size",
+            "enforce_eager", "seed", "disable_log_stats"}  # fmt: skip
+    for field in dataclasses.fields(cpu):
+        if field.name not in same:
+            assert getattr(gpu, field.name) == getattr(cpu, field.name), field.name
 
 
 @NEEDS_VLLM
@@ -80,24 +102,31 @@ def test_model_json_keys_are_vllm_engine_arguments() -> None:
     assert set(gpu_model_json(spec())) <= fields
 
 
-def test_write_gpu_entry(tmp_path: Path) -> None:
-    checkpoint = tmp_path / "ckpt"
+def write_gpu_entry(repo: Path) -> Path:
+    """The gpu target's entry for ``spec()``, written as the repository writes it; its folder."""
+    checkpoint = repo.parent / "ckpt"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
-    entry = write_gpu_entry(spec(), checkpoint, tmp_path / "repo")
+    verdict = LLMVerdict(LLMDType.BFLOAT16, True, 1.0, 0.0, ())
+    (entry,) = TARGETS["gpu"].llm_models(LLMBuild(spec(), checkpoint, verdict, []))
+    write_entry(entry, repo)
+    return repo / entry.name
+
+
+def test_the_gpu_targets_entry_as_written(tmp_path: Path) -> None:
+    entry = write_gpu_entry(tmp_path / "repo")
     assert text_format.Parse((entry / "config.pbtxt").read_text(), ModelConfig()) == gpu_config(spec())
     args = json.loads((entry / "1" / ENGINE_ARGS_FILE).read_text())
     assert args == gpu_model_json(spec())
     assert (entry / "1" / "checkpoint" / "config.json").is_file()
+    assert sorted(p.name for p in (entry / "1").iterdir()) == ["checkpoint", ENGINE_ARGS_FILE]  # no code
 
 
 @pytest.mark.integration
 def test_real_server_accepts_the_config(tmp_path: Path) -> None:
     from builder.server import TritonServer
 
-    checkpoint = tmp_path / "ckpt"
-    checkpoint.mkdir()
-    write_gpu_entry(spec(), checkpoint, tmp_path / "repo")
+    write_gpu_entry(tmp_path / "repo")
     server = TritonServer(tmp_path / "repo", extra_args=["--exit-on-error=false", "--strict-readiness=false"])
     with server:
         request = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from builder.llm.gpu import DEFAULT_MOUNT, write_gpu_entry
+from builder.llm.gpu import DEFAULT_MOUNT
 from builder.python_models.vllm_engine.contract import ENGINE_ARGS_FILE, LORA_NAMES, MULTI_LORA_FILE
 from builder.records import LLMBuild, LLMVerdict
 from builder.spec.llm import LLMDType, LLMSpec, parse_llm
 from builder.targets import TARGETS
+from builder.targets.writer import write_entry
 
 TOLERANCE = {"min_agreement": 0.5, "max_logprob_gap": 1.0}
 
@@ -84,19 +85,18 @@ def test_without_adapters_nothing_of_lora_is_written(tmp_path: Path, target: str
 
 
 @pytest.mark.integration
-def test_write_gpu_entry_copies_the_adapters_and_the_real_server_accepts_the_config(tmp_path: Path) -> None:
+def test_the_gpu_entry_as_written_holds_the_adapters_and_the_real_server_accepts_its_config(
+    tmp_path: Path,
+) -> None:
     from builder.server import TritonServer
 
-    lora_build = build(tmp_path, LORA)
     repo = tmp_path / "repo"
-    entry = write_gpu_entry(lora_build.spec, lora_build.checkpoint, repo, adapters=lora_build.adapters)
-    version = entry / "1"
+    (entry,) = TARGETS["gpu"].llm_models(build(tmp_path, LORA))
+    version = write_entry(entry, repo)  # as builder/repository.py writes it
     assert (version / "loras" / "sea" / "adapter_config.json").is_file()
     assert json.loads((version / MULTI_LORA_FILE).read_text())["sky"] == str(
         DEFAULT_MOUNT / "tiny_llm/1/loras/sky"
     )
-    with pytest.raises(ValueError, match="no folder given for adapter"):
-        write_gpu_entry(lora_build.spec, lora_build.checkpoint, tmp_path / "other")
     server = TritonServer(repo, extra_args=["--exit-on-error=false", "--strict-readiness=false"])
     with server:
         request = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.llm.serving import EngineArgs, ServingSettings
+from builder.llm.serving import EngineArgs, ServingSettings, engine_args
 from builder.targets import TARGETS
-from builder.targets.vllm_python import engine_args, serving_settings, write_local_model
+from builder.targets.vllm_python import serving_settings, write_local_model
 from builder.targets.writer import write_entry
 from tests.builder.targets.test_lora_entries import LORA, build
 

@@ -14,7 +14,7 @@ import pytest
 from builder.python_models.vllm_engine import model as m
 from builder.python_models.vllm_engine.utils import metrics as metrics_module
 from builder.python_models.vllm_engine.utils.metrics import METRICS
-from tests.builder.fixtures.vllm_engine import WAIT, FakePbUtils, use_fake_pb_utils
+from tests.builder.python_models.vllm_engine.doubles import WAIT, FakePbUtils, use_fake_pb_utils
 
 # Triton's vLLM backend (src/utils/metrics.py), as its users' dashboards read them.
 BACKEND_BUCKETS = {

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from builder.python_models.vllm_engine.utils import engine
-from tests.builder.fixtures.vllm_engine import (
+from tests.builder.python_models.vllm_engine.doubles import (
     WAIT,
     FakePbUtils,
     RecordingSender,
@@ -166,9 +165,3 @@ def test_a_thread_that_dies_fails_the_model() -> None:
     assert model.failure == "thread vllm-test stopped (RuntimeError: boom)"
     assert FakePbUtils.unloaded == ["smollm2"]
     assert any(level == "error" and "RuntimeError: boom" in text for level, text in FakePbUtils.logged)
-
-
-def test_stream_interval_goes_to_a_vllm_that_knows_it_and_is_dropped_for_one_that_does_not() -> None:
-    config = {"model": "/m", "stream_interval": 4}
-    assert engine.without_unknown_stream_interval(config, {"model", "stream_interval"}) == config
-    assert engine.without_unknown_stream_interval(config, {"model"}) == {"model": "/m"}

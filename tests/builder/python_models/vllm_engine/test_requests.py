@@ -1,22 +1,20 @@
-"""Request parsing of the vllm_engine Python model (its helpers import without Triton or vLLM)."""
+"""Request parsing of the vllm_engine Python model (utils/requests.py: its helpers import without
+Triton or vLLM), and the ``stream_min_gap_ms`` parameter it reads."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from builder.python_models.vllm_engine.utils.lanes import FOLDED_PRIORITY
 from builder.python_models.vllm_engine.utils.requests import (
     DEFAULT_MAX_TOKENS,
     SAMPLING_FIELDS,
     STRUCTURED_FIELDS,
 )
-from builder.python_models.vllm_engine.utils.responses import logprob_outputs
 from clients.vllm_engine_contract import TO_CONTEXT_END
 from tests.builder.llm.needs import NEEDS_VLLM
 
@@ -124,46 +122,6 @@ def test_a_null_max_tokens_means_the_default() -> None:
     assert m.check_length(10, parsed.sampling, 512) == DEFAULT_MAX_TOKENS
 
 
-def test_engine_args_resolve_a_relative_checkpoint(tmp_path: Path) -> None:
-    (tmp_path / "checkpoint").mkdir()
-    (tmp_path / "model.json").write_text('{"model": "checkpoint", "max_num_seqs": 2}')
-    assert m.engine_args(tmp_path) == {"model": str(tmp_path / "checkpoint"), "max_num_seqs": 2}
-    (tmp_path / "model.json").write_text('{"model": "/abs/elsewhere"}')
-    assert m.engine_args(tmp_path)["model"] == "/abs/elsewhere"
-    (tmp_path / "model.json").unlink()
-    with pytest.raises(FileNotFoundError, match=r"model\.json: missing"):
-        m.engine_args(tmp_path)
-
-
-def test_config_parameter_reads_string_values() -> None:
-    config = {"parameters": {"max_waiting_requests": {"string_value": "7"}}}
-    assert m.config_parameter(config, "max_waiting_requests", "3") == "7"
-    assert m.config_parameter({}, "max_waiting_requests", "3") == "3"
-
-
-def test_lanes_route_by_prompt_plus_max_tokens() -> None:
-    rules = m.parse_lanes('[{"name": "huge", "min_tokens": 1000}, {"name": "long", "min_tokens": 200}]')
-    assert [r.name for r in rules] == ["default", "long", "huge"]
-    assert [rules[m.route(rules, n // 2, n - n // 2)].name for n in (1, 199, 200, 999, 1000, 5000)] == [
-        "default", "default", "long", "long", "huge", "huge",
-    ]  # fmt: skip
-    assert m.parse_lanes("") == [m.LaneRule("default")]
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("{", "parameter lanes: "),
-        ('[{"name": "x", "min_tokens": 5, "colour": 1}]', "unexpected keyword argument 'colour'"),
-        ('[{"name": "default", "min_tokens": 5}]', "not 'default'"),
-        ('[{"name": "x", "min_tokens": 0}]', "thresholds must be >= 1, got"),
-    ],
-)
-def test_bad_lanes_parameter(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        m.parse_lanes(text)
-
-
 @NEEDS_VLLM
 @pytest.mark.parametrize(
     ("sampling", "message"),
@@ -251,78 +209,6 @@ def test_the_official_backends_logprob_flags_are_accepted_and_select_outputs() -
     assert on.returns == {"return_logprobs", "return_cumulative_logprob"}
 
 
-def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() -> None:
-    from types import SimpleNamespace as NS
-
-    position = {
-        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
-        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
-    }
-    piece = NS(logprobs=[position], cumulative_logprob=-0.25)
-    returns = {"return_logprobs", "return_cumulative_logprob"}
-    made = logprob_outputs(returns, [piece])
-    assert json.loads(made["logprobs"][0][0]) == [
-        {
-            "7": {"logprob": -0.25, "rank": 1, "decoded_token": " a"},
-            "9": {"logprob": -1.5, "rank": 2, "decoded_token": "b"},
-        }
-    ]
-    assert made["cumulative_logprob"] == ([-0.25], np.float32)
-    # Without sampling_parameters.logprobs vLLM keeps none: "null" and NaN, as there.
-    unset = logprob_outputs(returns, [NS(logprobs=None, cumulative_logprob=None)])
-    assert unset["logprobs"][0] == [b"null"]
-    assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
-    assert logprob_outputs(set(), [piece]) == {}
-
-
-def test_a_long_lane_takes_a_request_whose_max_tokens_or_whose_prompt_reaches_its_threshold() -> None:
-    # As the spec's lanes say: max_tokens >= min_max_tokens, or prompt >= min_prompt_tokens.
-    rules = m.parse_lanes('[{"name": "long", "min_max_tokens": 300, "min_prompt_tokens": 500}]')
-    cases = {
-        (10, 299): "default",
-        (10, 300): "long",
-        (499, 100): "default",
-        (500, 1): "long",
-        (450, 250): "default",
-    }
-    assert {case: rules[m.route(rules, *case)].name for case in cases} == cases
-    only_prompt = m.parse_lanes('[{"name": "long", "min_prompt_tokens": 500}]')
-    assert only_prompt[m.route(only_prompt, 10, 5000)].name == "default"
-
-
-def test_a_lane_needs_a_threshold() -> None:
-    with pytest.raises(ValueError, match="needs min_tokens, min_max_tokens or min_prompt_tokens"):
-        m.parse_lanes('[{"name": "long", "max_num_seqs": 2}]')
-
-
-def test_each_lane_engine_gets_cpus_of_its_own_beside_the_servers() -> None:
-    rules = m.parse_lanes('[{"name": "long", "min_max_tokens": 300}]')
-    placed = m.place_lanes(rules, [0, 1, 2, 3, 4, 5, 6, 7])
-    assert [(r.name, r.cpus, r.priority) for r in placed] == [("default", "0,1,2,3", 0), ("long", "4,5,6", 0)]
-    unordered = m.place_lanes(rules, [4, 2, 3])  # sorted, the last one left to the server
-    assert [(r.name, r.cpus) for r in unordered] == [("default", "2"), ("long", "3")]
-    assert m.place_lanes(rules[:1], [0, 1]) == rules[:1]  # one engine: vLLM's own binding
-
-
-def test_lanes_fold_into_the_default_engine_where_cpus_are_too_few() -> None:
-    rules = m.parse_lanes('[{"name": "long", "min_max_tokens": 300}]')
-    placed = m.place_lanes(rules, [0, 1])  # two engines and the server need three
-    assert [(r.name, r.cpus, r.shares_default) for r in placed] == [
-        ("default", None, False),
-        ("long", None, True),
-    ]
-    assert placed[1].priority == FOLDED_PRIORITY > 0  # after the default lane's (lower runs first)
-    assert "long run(s) on the default engine at lower priority" in m.placement_note(placed, 2)
-    assert m.placement_note(m.place_lanes(rules, [0, 1, 2]), 3) == "lanes: default on CPUs 0, long on CPUs 1"
-
-
-def test_lanes_that_name_their_cpus_or_priority_are_kept_as_written() -> None:
-    pinned = m.parse_lanes('[{"name": "long", "min_max_tokens": 300, "cpus": "1"}]')
-    assert m.place_lanes(pinned, [0, 1]) == pinned
-    folded = m.parse_lanes('[{"name": "long", "min_max_tokens": 300, "priority": 5}]')
-    assert m.place_lanes(folded, list(range(16))) == folded and folded[1].shares_default
-
-
 def test_logit_bias_keys_become_token_ids_and_biases_are_clamped_as_vllm_does() -> None:
     from builder.python_models.vllm_engine.utils.requests import logit_bias
 
@@ -352,13 +238,11 @@ def test_the_openai_endpoints_json_formats_become_vllms_structured_outputs(value
     assert params.structured_outputs.json_object == value.get("json_object")
 
 
-def test_the_generated_token_comes_first_in_each_logprobs_position() -> None:
-    from types import SimpleNamespace as NS
+@pytest.mark.parametrize("text", ["-1", "1001", "x", "nan"])
+def test_a_bad_min_gap_parameter_names_it(text: str) -> None:
+    with pytest.raises(ValueError, match="parameter stream_min_gap_ms: want milliseconds from 0 to 1000"):
+        m.parse_min_gap(text)
 
-    position = {
-        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
-        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
-    }
-    piece = NS(logprobs=[position, position], token_ids=[9, 7], cumulative_logprob=-1.75)
-    made = logprob_outputs({"return_logprobs"}, [piece])
-    assert [list(p) for p in json.loads(made["logprobs"][0][0])] == [["9", "7"], ["7", "9"]]
+
+def test_min_gap_parameter_is_read_in_seconds() -> None:
+    assert m.parse_min_gap("0") == 0 and m.parse_min_gap("40") == pytest.approx(0.04)

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from builder.python_models.vllm_engine.utils.responses import Quiet, merged
-from tests.builder.fixtures.vllm_engine import FINAL, WAIT, running_model, use_fake_pb_utils
+from tests.builder.python_models.vllm_engine.doubles import FINAL, WAIT, running_model, use_fake_pb_utils
 
 
 class HeldSender:
@@ -106,21 +105,3 @@ def test_min_gap_holds_a_streams_tokens_back_but_never_its_final_response(
     pile(model, job, output("d", finished=True))
     assert sender.final_sent.wait(WAIT)
     assert sender.sent == [("a", 1, 0), ("bcd", 3, FINAL)]
-
-
-def test_merged_pieces_join_texts_tokens_and_logprobs_and_keep_the_last_reason() -> None:
-    one = Quiet(None, -0.5, [{1: "x"}], "Hel", (1,))
-    two = Quiet("stop", -0.75, [{2: "y"}, {3: "z"}], "lo", (2, 3))
-    assert merged([one, two]) == Quiet("stop", -0.75, [{1: "x"}, {2: "y"}, {3: "z"}], "Hello", (1, 2, 3))
-    assert merged([Quiet(text="a"), Quiet(text="b")]).logprobs is None
-    assert merged([one]) is one
-
-
-@pytest.mark.parametrize("text", ["-1", "1001", "x", "nan"])
-def test_a_bad_min_gap_parameter_names_it(text: str) -> None:
-    with pytest.raises(ValueError, match="parameter stream_min_gap_ms: want milliseconds from 0 to 1000"):
-        m.parse_min_gap(text)
-
-
-def test_min_gap_parameter_is_read_in_seconds() -> None:
-    assert m.parse_min_gap("0") == 0 and m.parse_min_gap("40") == pytest.approx(0.04)

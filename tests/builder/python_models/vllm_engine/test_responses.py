@@ -1,6 +1,7 @@
-"""``n`` > 1 in the vllm_engine model: every response has one element per completion in each
-output, in index order, as Triton's vLLM backend sends them, also when vLLM streams only the
-completions that have new tokens. Test doubles stand for pb_utils and vLLM's outputs."""
+"""The vllm_engine model's responses (utils/responses.py), as Triton's vLLM backend makes them.
+``n`` > 1: every response has one element per completion in each output, in index order, also when
+vLLM streams only the completions that have new tokens; logprobs as JSON per response; the pieces a
+stream coalesces merged into one. Test doubles stand for pb_utils and vLLM's outputs."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Iterator
 from types import SimpleNamespace as NS
 from typing import Any
 
+import numpy as np
 import pytest
 
 from builder.python_models.vllm_engine import model as m
-from builder.python_models.vllm_engine.utils.responses import output_response
-from tests.builder.fixtures.vllm_engine import use_fake_pb_utils
+from builder.python_models.vllm_engine.utils.responses import Quiet, logprob_outputs, merged, output_response
+from tests.builder.python_models.vllm_engine.doubles import use_fake_pb_utils
 
 ALL = {"return_finish_reason", "return_num_output_tokens", "return_cumulative_logprob", "return_logprobs"}
 WANTED = frozenset({"text_output", "finish_reason", "num_output_tokens", "cumulative_logprob", "logprobs"})
@@ -73,3 +75,43 @@ def test_one_completion_is_sent_as_before() -> None:
     one = job(1, stream=True)
     made = outputs(output_response(one, [NS(outputs=[piece(0, " a", 1)], finished=False)]))
     assert made["text_output"] == [b" a"] and made["num_output_tokens"] == [1]
+
+
+def test_logprobs_are_json_per_response_as_the_official_backend_writes_them() -> None:
+    position = {
+        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
+        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
+    }
+    piece = NS(logprobs=[position], cumulative_logprob=-0.25)
+    returns = {"return_logprobs", "return_cumulative_logprob"}
+    made = logprob_outputs(returns, [piece])
+    assert json.loads(made["logprobs"][0][0]) == [
+        {
+            "7": {"logprob": -0.25, "rank": 1, "decoded_token": " a"},
+            "9": {"logprob": -1.5, "rank": 2, "decoded_token": "b"},
+        }
+    ]
+    assert made["cumulative_logprob"] == ([-0.25], np.float32)
+    # Without sampling_parameters.logprobs vLLM keeps none: "null" and NaN, as there.
+    unset = logprob_outputs(returns, [NS(logprobs=None, cumulative_logprob=None)])
+    assert unset["logprobs"][0] == [b"null"]
+    assert np.isnan(np.asarray(unset["cumulative_logprob"][0], dtype=np.float32)).all()
+    assert logprob_outputs(set(), [piece]) == {}
+
+
+def test_the_generated_token_comes_first_in_each_logprobs_position() -> None:
+    position = {
+        7: NS(logprob=-0.25, rank=1, decoded_token=" a"),
+        9: NS(logprob=-1.5, rank=2, decoded_token="b"),
+    }
+    piece = NS(logprobs=[position, position], token_ids=[9, 7], cumulative_logprob=-1.75)
+    made = logprob_outputs({"return_logprobs"}, [piece])
+    assert [list(p) for p in json.loads(made["logprobs"][0][0])] == [["9", "7"], ["7", "9"]]
+
+
+def test_merged_pieces_join_texts_tokens_and_logprobs_and_keep_the_last_reason() -> None:
+    one = Quiet(None, -0.5, [{1: "x"}], "Hel", (1,))
+    two = Quiet("stop", -0.75, [{2: "y"}, {3: "z"}], "lo", (2, 3))
+    assert merged([one, two]) == Quiet("stop", -0.75, [{1: "x"}, {2: "y"}, {3: "z"}], "Hello", (1, 2, 3))
+    assert merged([Quiet(text="a"), Quiet(text="b")]).logprobs is None
+    assert merged([one]) is one

@@ -14,7 +14,7 @@ import pytest
 from builder.python_models.vllm_engine import model as m
 from builder.python_models.vllm_engine.utils import sending
 from builder.python_models.vllm_engine.utils.responses import STALL_PERIOD
-from tests.builder.fixtures.vllm_engine import (
+from tests.builder.python_models.vllm_engine.doubles import (
     FINAL,
     WAIT,
     FakePbUtils,
