@@ -40,12 +40,13 @@ class Candidate:
     batching: dict[str, Any]
     instances: int = 1
     via_ensemble: bool = False  # measured through a one-step ensemble in front of the model
+    queue_policy: bool = True  # Triton's queue policy written on local (targets.local.queue_policy)
 
 
 SIZE = {"max_queue_size": 256, **NO_OVERRIDE}
 # On the probe (bench/queue_probe: answers, then stays busy 5 ms), one setting at a time.
 PROBES = [
-    Candidate("none", "no queue policy (baseline)", {"local_queue_policy": False}),
+    Candidate("none", "no queue policy (baseline)", {}, queue_policy=False),
     Candidate("empty_policy", "policy written, every field zero/false", {"queue": NO_OVERRIDE}),
     Candidate(
         "override_only", "allow_timeout_override: true only", {"queue": {"allow_timeout_override": True}}
@@ -80,10 +81,10 @@ PROBES = [
 ]
 # `simple` itself (the onnx_runner model), as served on `local`.
 SIMPLE = [
-    Candidate("none", "no queue policy", {}),
-    Candidate("triton_size", "Triton's max_queue_size: 256", {"queue": SIZE, "local_queue_policy": True}),
+    Candidate("none", "no queue policy", {}, queue_policy=False),
+    Candidate("triton_size", "Triton's max_queue_size: 256", {"queue": SIZE}),
     Candidate("runner_bound", "onnx_runner's own bound (256, 5 s): the local default",
-              {"queue": {"max_queue_size": 256, "default_timeout_us": 5_000_000}}),
+              {"queue": {"max_queue_size": 256, "default_timeout_us": 5_000_000}}, queue_policy=False),
 ]  # fmt: skip
 STALL_MS = 100.0  # a request this slow at concurrency 1 on a ~1 ms model waited for the batcher
 
@@ -110,7 +111,7 @@ def _probe_entry(c: Candidate) -> dict[str, Any]:
         "name": f"probe_{c.name}", "path": "bench/queue_probe", "max_batch_size": 8,
         "inputs": [{"name": "X", "dtype": "FP32", "dims": [4]}],
         "outputs": [{"name": "Y", "dtype": "FP32", "dims": [4]}],
-        "batching": {"enabled": True, "local_queue_policy": True, **c.batching},
+        "batching": {"enabled": True, **c.batching}, "targets": {"local": {"queue_policy": c.queue_policy}},
         "instances": {"count": c.instances, "kind": "cpu"}, "parameters": {"linger_ms": 5},
     }  # fmt: skip
 
@@ -121,7 +122,9 @@ def spec_entries(
     models = []
     for c in SIMPLE:
         m = copy.deepcopy(base)
-        m.update(name=f"simple_{c.name}", batching=c.batching)
+        m.update(
+            name=f"simple_{c.name}", batching=c.batching, targets={"local": {"queue_policy": c.queue_policy}}
+        )
         models.append(m)
     probes = [_probe_entry(c) for c in PROBES]
     ensembles = [_ensemble(p) for c, p in zip(PROBES, probes, strict=True) if c.via_ensemble]

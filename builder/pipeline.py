@@ -45,7 +45,7 @@ from builder.stages.int8_ranges import INT8_RANGES
 from builder.stages.reference import REFERENCE
 from builder.stages.verify import Verify
 from builder.targets import TARGETS, Target, resolve
-from builder.targets.base import unknown_serve_targets
+from builder.targets.base import unknown_targets
 
 
 class _Entry(Protocol):
@@ -78,7 +78,7 @@ def build(opts: BuildOptions) -> BuildResult:
     if not builds and not llms:
         raise left_out[0].error
     ctx = replace(ctx, spec=without(spec, {gone.name for gone in left_out}))
-    engines = build_engines(builds, ctx, opts) if target.builds_engines else None
+    engines = build_engines(builds, ctx, opts, target) if target.builds_engines else None
     contents = repository.Repository(builds, ctx, target, engines, llms)
     published = repository.write_and_publish(contents, opts.repo)
     seconds = time.perf_counter() - start
@@ -134,10 +134,14 @@ def _check_before_stages(ctx: BuildContext) -> None:
     """Fail on a spec some target refuses, or on missing files, before any slow stage runs."""
     repository.check_references(ctx.spec, ctx.spec_file)
     for model in ctx.spec.models:
-        unknown_serve_targets(model, list(TARGETS), ctx.spec_file)
+        unknown_targets(model, list(TARGETS), ctx.spec_file)
         for target in TARGETS.values():
             target.check(model, ctx.spec_file)
         _check_paths(model, ctx)
+    for pm in ctx.spec.python_models:
+        unknown_targets(pm, list(TARGETS), ctx.spec_file)
+        for target in TARGETS.values():
+            target.options(pm, ctx.spec_file)
     for llm in ctx.spec.llms:
         check_llm_paths(llm, ctx)
 
@@ -156,7 +160,7 @@ GRAPH_STAGES: dict[Precision, tuple[Stage, ...]] = {
 
 def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBuild:
     out = ModelBuild(model)
-    job = ModelJob(model, ctx, source_of(model), tensorrt=target.builds_engines)
+    job = ModelJob(model, ctx, source_of(model), target.knobs(model), tensorrt=target.builds_engines)
     out.stages += [_run_user(job, stage) for stage in MODEL_STAGES]
     out.reference_dir = job.result(REFERENCE.name).out
     _variants(job, out)
@@ -247,7 +251,9 @@ def _already_quantized(check: StageResult) -> str:
 # The engine stage: TensorRT plans for every model, where the target builds engines.
 
 
-def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOptions) -> EngineSummary:
+def build_engines(
+    builds: list[ModelBuild], ctx: BuildContext, opts: BuildOptions, target: Target
+) -> EngineSummary:
     inputs = [
         EngineInput(
             b.spec,
@@ -256,6 +262,7 @@ def build_engines(builds: list[ModelBuild], ctx: BuildContext, opts: BuildOption
             _served_precision(b),
             b.calibration_table,
             b.reference_dir,
+            target.options(b.spec).precision,
         )
         for b in builds
         if b.reference_dir is not None

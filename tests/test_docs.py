@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from builder.spec import Precision, Spec, load_spec
+from builder.targets import get
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,7 +30,8 @@ def test_every_python_block_parses(doc: Path) -> None:
 def test_the_spec_example_is_a_valid_spec() -> None:
     (example,) = blocks(ROOT / "docs" / "spec.md", "yaml")
     model = Spec.model_validate(yaml.safe_load(example)).models[0]
-    assert model.serve.variants() == {"gpu": Precision.INT8}  # a target left out: the fastest
+    assert model.targets == {"gpu": {"serve": "int8"}}  # a target left out: the fastest
+    assert get("gpu").options(model).precision is Precision.INT8
 
 
 def test_the_example_target_is_complete_and_writes_a_config() -> None:

@@ -36,6 +36,7 @@ from builder.stages.check import CheckInputs
 from builder.stages.fp16 import Fp16Inputs
 from builder.stages.int8 import Int8Inputs
 from builder.stages.reference import ReferenceInputs
+from builder.targets import engine_target
 from builder.targets.writer import link, link_tree
 
 Json = dict[str, Any]  # manifest.json as json.loads reads it
@@ -129,7 +130,7 @@ def _engine_input(model: ModelSpec, entry: Json, cache: Path) -> EngineInput:
     served = graph if graph in variants else None
     return EngineInput(
         model, variants, passed, served, table if table and table.is_file() else None,
-        stage_dir(ReferenceInputs.STAGE),
+        stage_dir(ReferenceInputs.STAGE), engine_target().options(model).precision,
     )  # fmt: skip
 
 

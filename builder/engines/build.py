@@ -40,6 +40,7 @@ class EngineInput:
     served: Precision | None
     calibration_table: Path | None
     reference_dir: Path  # inputs.npz and reference.npz of the evaluation set
+    named: Precision | None = None  # the one precision the spec names for the gpu target (its plan)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class EngineSet:
     availability: TensorRTAvailability
     results: dict[str, list[EngineResult]] = field(default_factory=dict)
     served: dict[str, Precision] = field(default_factory=dict)  # the CPU stages' choice
-    named: dict[str, Precision] = field(default_factory=dict)  # serve.gpu in the spec
+    named: dict[str, Precision] = field(default_factory=dict)  # targets.gpu.serve in the spec
     cc_files: dict[str, dict[str, str]] = field(default_factory=dict)  # cc_model_filenames per model
     profile_counts: dict[str, int] = field(default_factory=dict)  # profiles each model's config lists
     previous_repository: Path | None = None  # the published one, whose other-GPU plans are kept
@@ -188,7 +189,7 @@ def build_all(
     engines = EngineSet(
         found,
         served={m.spec.name: m.served for m in models if m.served is not None},
-        named={m.spec.name: p for m in models if (p := m.spec.serve.variant("gpu")) is not None},
+        named={m.spec.name: m.named for m in models if m.named is not None},
         cc_files={m.spec.name: cc_model_filenames(m.spec.engine) for m in models},
         profile_counts={m.spec.name: len(profile_shapes(m.spec)) for m in models},
         previous_repository=previous_repository,

@@ -138,13 +138,13 @@ class Batching(Strict):
     priority_levels: Annotated[int, Field(ge=0)] = 0
     default_priority_level: Annotated[int, Field(ge=0)] = 0
     priority_queues: dict[int, QueuePolicy] = {}
-    # The tritonserver 2.51 that serves the `local` target holds a request for up to 500 ms
-    # whenever a model has any queue policy field or priority level: its batcher then wakes for a
-    # new request only if an instance is waiting at that moment (bench/queue_stall.py). So on
-    # `local` the queue policy and priorities are written only when this is true; otherwise the
-    # onnx_runner model enforces `queue` itself (configs.local_queue_parameters). The container
-    # targets always get Triton's policy.
-    local_queue_policy: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_the_local_target(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "local_queue_policy" in data:
+            raise ValueError("local_queue_policy moved to targets.local.queue_policy (a local target option)")
+        return data
 
     @model_validator(mode="after")
     def _priorities_consistent(self) -> Batching:
@@ -270,42 +270,43 @@ class Warmup(Strict):
     count: Annotated[int, Field(ge=1)] = 1
 
 
-class Serve(OmitsUnset):
-    """Which verified variant each target serves: ``<target>: <precision>`` or a list of them
-    (checked against the registered targets by the build), on ``runtime`` where it is set; unset =
-    the fastest that passed."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    __pydantic_extra__: dict[str, Precision | list[Precision]] = Field(init=False)
+class Serve(Strict, OmitsUnset):
+    """How every target serves the model: each session's threads, and the runtime it serves on
+    (unset: the fastest verified). What one target alone takes is under ``targets.<name>``."""
 
     threads: Annotated[int, Field(ge=0)] = 0  # intra-op threads of either runtime (0 = its default)
-    # Whether ONNX Runtime's idle intra-op workers spin waiting for work (the local target's
-    # onnx_runner, parameter allow_spinning); unset = spin only where the instances' threads
-    # leave a core of the serving machine free. Which is faster depends on the serving machine's
-    # other load, so `tritonforge tune` measures it.
-    # The cpu target's onnxruntime backend has no such setting: it is not written there.
-    spinning: bool | None = None
     runtime: RuntimeName | None = None  # the runtime every target serves on; unset = the fastest verified
 
-    OMITTED_WHILE_UNSET = ("spinning", "runtime")
+    OMITTED_WHILE_UNSET = ("runtime",)
 
-    def variants(self) -> dict[str, Precision | list[Precision]]:
-        return dict(self.__pydantic_extra__ or {})
+    @model_validator(mode="before")
+    @classmethod
+    def _target_options_moved(cls, data: Any) -> Any:
+        """The keys that were target options before ``targets:`` held them say where they went."""
+        if not isinstance(data, dict):
+            return data
+        if "spinning" in data:
+            raise ValueError("spinning moved to targets.local.spinning (a local target option)")
+        moved = sorted(set(data) - set(cls.model_fields))
+        if moved:
+            name = moved[0]
+            raise ValueError(f"{name}: the precisions a target serves moved to targets.{name}.serve")
+        return data
 
-    def choices(self, target: str) -> list[Precision]:
-        """The precisions ``target`` may serve; empty: any that passed."""
-        wanted = self.variants().get(target)
-        if wanted is None:
-            return []
-        return list(wanted) if isinstance(wanted, list) else [wanted]
 
-    def variant(self, target: str) -> Precision | None:
-        """The one precision named for ``target``, or None (unset, or a choice of several)."""
-        choices = self.choices(target)
-        return choices[0] if len(choices) == 1 else None
+class TargetScoped(BaseModel):
+    """A model's ``targets:``: each target's own options (``serve``, the precisions it may serve;
+    the local target's ``spinning`` and ``queue_policy``), read and checked by that target before
+    any stage runs (docs/targets.md)."""
+
+    targets: dict[Name, dict[str, Any]] | None = None
+
+    def target_options(self, target: str) -> dict[str, Any]:
+        """What ``targets.<target>`` says, as written (the target reads it)."""
+        return dict((self.targets or {}).get(target, {}))
 
 
-class ModelSpec(Strict, OmitsUnset):
+class ModelSpec(Strict, TargetScoped, OmitsUnset):
     """A core model built from ONNX: exported, checked, quantized, verified, served."""
 
     name: Name
@@ -332,7 +333,7 @@ class ModelSpec(Strict, OmitsUnset):
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
 
-    OMITTED_WHILE_UNSET = ("sequence", "task", "runtimes")
+    OMITTED_WHILE_UNSET = ("sequence", "task", "runtimes", "targets")
     _source_kind: ModelSourceKind = PrivateAttr()
 
     @field_validator("source")
@@ -439,10 +440,6 @@ class ModelSpec(Strict, OmitsUnset):
         for precision in self.precisions:
             if precision not in self.tolerances:
                 raise ValueError(f"tolerances: no tolerance for precision '{precision.value}'")
-        for target in self.serve.variants():
-            for wanted in self.serve.choices(target):
-                if wanted not in self.precisions:
-                    raise ValueError(f"serve.{target}: '{wanted.value}' is not in precisions")
         self._check_runtimes()
 
     def _check_runtimes(self) -> None:
@@ -487,7 +484,7 @@ class ModelSpec(Strict, OmitsUnset):
         return max(1, min(self.max_batch_size, 8))
 
 
-class PythonModelSpec(Strict):
+class PythonModelSpec(Strict, TargetScoped, OmitsUnset):
     """A Python-backend model (pre/post-processing), copied from ``path``."""
 
     name: Name
@@ -501,6 +498,8 @@ class PythonModelSpec(Strict):
     # Extra files copied beside model.py: paths relative to the spec, or a factory
     # (package.module:function) returning the path of a file a package ships.
     files: list[str] = []
+
+    OMITTED_WHILE_UNSET = ("targets",)
 
     @model_validator(mode="after")
     def _consistent(self) -> PythonModelSpec:

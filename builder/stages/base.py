@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from builder import __version__
 from builder.cache import StageResult, file_hash, key_of
 from builder.failures import guarded
+from builder.python_models.shared.runtimes import Knobs
 from builder.records import BuildContext
 from builder.spec import ModelSpec
 from builder.stages.code import code_fingerprint
@@ -80,12 +81,14 @@ class Source(Protocol):
 
 @dataclass
 class ModelJob:
-    """One core model's build so far: its spec, the build's context, its source, whether its INT8
-    graph is made for TensorRT (a target that builds plans), and each finished stage by name."""
+    """One core model's build so far: its spec, the build's context, its source, the knobs its
+    target serves it with (its variants are verified and timed so), whether its INT8 graph is made
+    for TensorRT (a target that builds plans), and each finished stage by name."""
 
     model: ModelSpec
     ctx: BuildContext
     source: Source
+    knobs: Knobs = field(default_factory=Knobs)
     tensorrt: bool = False
     results: dict[str, StageResult] = field(default_factory=dict)
 

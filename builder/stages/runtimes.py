@@ -24,21 +24,18 @@ from builder.python_models.shared.runtimes.onnxruntime import OrtSession
 from builder.spec import ONNXRUNTIME, ModelSpec, Precision, Variant
 
 
-def served_knobs(model: ModelSpec) -> Knobs:
-    """The serving knobs of the spec the local target writes into the served model's parameters."""
-    return Knobs(threads=model.serve.threads, spinning=model.serve.spinning)
-
-
-def open_variant(variant: Variant, path: Path, model: ModelSpec | None = None) -> Session:
-    """``variant``'s graph at ``path`` opened as the served model opens it, as one of the model's
-    instances with its knobs (``model`` None: one instance, the knobs' defaults)."""
+def open_variant(
+    variant: Variant, path: Path, model: ModelSpec | None = None, knobs: Knobs | None = None
+) -> Session:
+    """``variant``'s graph at ``path`` opened as the served model opens it: with the parameters its
+    target writes for ``knobs`` (the target's, ``Target.knobs``), as one of the model's instances
+    (``model`` None: one instance)."""
     on = variant.cpu_runtime
     precision = variant.precision.value
     missing = on.missing_flags(precision, cpu_flags())
     if missing:
         raise ModelRefused(f"{variant.name} needs one of {', '.join(sorted(missing))} in the CPU flags")
-    knobs = served_knobs(model) if model is not None else Knobs()
-    params = on.parameters(knobs, served=False) | {PRECISION: precision}
+    params = on.parameters(knobs or Knobs(), served=False) | {PRECISION: precision}
     count = model.instances.count if model is not None else 1
     try:
         session = on.open(path, precision, params, instances=count, quiet=True)

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from builder.cache import file_hash
 from builder.errors import SpecError
 from builder.host import kernel_flags
-from builder.python_models.shared.runtimes import Session
+from builder.python_models.shared.runtimes import Knobs, Session
 from builder.records import BATCH_INVARIANCE, OutputMetrics, ReportJson, VerificationReport
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
 from builder.stages.base import Info, ModelJob, Stage, StageInputs
@@ -62,13 +62,14 @@ class Verify(Stage):
             variant_sha256=file_hash(self.graph), reference_key=job.result(REFERENCE.name).key,
             tolerance=m.tolerances[v.precision], opt_batch=m.opt_batch(), runtime=v.runtime,
             runtime_version=v.cpu_runtime.version(), precision=v.precision.value,
-            instances=m.instances.count, threads=m.serve.threads, spinning=m.serve.spinning,
+            instances=m.instances.count, threads=job.knobs.threads, spinning=job.knobs.spinning,
             cpu=kernel_flags(),
         )  # fmt: skip
 
     def run(self, job: ModelJob, out: Path) -> Info:
         inputs, reference = load_reference(job.result(REFERENCE.name).out)
-        return dict(verify_variant(job.model, self.variant, self.graph, inputs, reference).to_json())
+        report = verify_variant(job.model, self.variant, self.graph, inputs, reference, job.knobs)
+        return dict(report.to_json())
 
     @staticmethod
     def report(info: Info) -> VerificationReport:
@@ -158,6 +159,7 @@ def verify_variant(
     onnx_path: Path,
     inputs: dict[str, NDArray[Any]],
     reference: dict[str, NDArray[Any]],
+    knobs: Knobs | None = None,
 ) -> VerificationReport:
     """Run the variant on ``inputs``, compare with ``reference`` under its precision's tolerance,
     check that a request's answer does not move with its batch mates, and time it as it will be
@@ -170,7 +172,7 @@ def verify_variant(
     unknown = sorted(set(tolerance.outputs) - {o.name for o in model.outputs})
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
-    sess = open_variant(variant, onnx_path, model)
+    sess = open_variant(variant, onnx_path, model, knobs)
     candidate = run_model(sess, model, inputs, label=f"verify {model.name} {variant.name}")
     metrics, failures = compare(reference, candidate, tolerance, model.outputs)
     failures = [f"{variant.name}: {f}" for f in failures]

@@ -11,7 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import (
@@ -24,8 +26,31 @@ from builder.configs import (
     set_warmup,
 )
 from builder.errors import SpecError, VerificationError
+from builder.python_models.shared.runtimes import Knobs
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import ONNXRUNTIME, Batching, InstanceKind, ModelSpec, Precision, PythonModelSpec, Variant
+from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, PythonModelSpec, Variant
+
+
+class TargetOptions(BaseModel):
+    """What a model's ``targets.<name>`` may say to every target: ``serve``, the precision it
+    serves, or the precisions the fastest of which it serves (unset: the fastest that passed). A
+    target with options of its own extends this model (``Target.Options``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    serve: Precision | list[Precision] | None = None
+
+    @property
+    def precisions(self) -> list[Precision]:
+        """The precisions the target may serve; empty: any that passed."""
+        if self.serve is None:
+            return []
+        return list(self.serve) if isinstance(self.serve, list) else [self.serve]
+
+    @property
+    def precision(self) -> Precision | None:
+        """The one precision named, or None (unset, or a choice of several)."""
+        return self.precisions[0] if len(self.precisions) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -55,8 +80,30 @@ class Target(ABC):
     description: str
     builds_engines: bool = False  # TensorRT plans are built for it (where TensorRT and a GPU exist)
     default_instance_kind: InstanceKind = InstanceKind.CPU
-    serves_spinning: bool = False  # its configs carry serve.spinning (the onnx_runner's allow_spinning)
     implicit_state: bool = True  # its backends keep a stateful model's states (Triton's implicit state)
+    Options: ClassVar[type[TargetOptions]] = TargetOptions  # what ``targets.<name>`` takes
+
+    def options(self, model: ModelSpec | PythonModelSpec, spec_file: Path | None = None) -> TargetOptions:
+        """The model's ``targets.<name>``, read by this target's ``Options``; a one-line SpecError
+        naming the field otherwise."""
+        try:
+            return self.Options.model_validate(model.target_options(self.name))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            # the fields' names (and list indices), not a union member's type (``str-enum[...]``)
+            where = ".".join(str(p) for p in error["loc"] if isinstance(p, int) or str(p).isidentifier())
+            field = f"targets.{self.name}" + (f".{where}" if where else "")
+            raise SpecError(error["msg"], file=spec_file, model=model.name, field=field) from None
+
+    def knobs(self, model: ModelSpec) -> Knobs:
+        """The serving knobs the runtime's parameters are written from (and a variant is verified and
+        timed with): every target's ``serve.threads``."""
+        return Knobs(threads=model.serve.threads)
+
+    @property
+    def serves_spinning(self) -> bool:
+        """Whether ONNX Runtime's spinning is an option here (what ``tritonforge tune`` searches)."""
+        return "spinning" in self.Options.model_fields
 
     @abstractmethod
     def core_models(self, build: ModelBuild, engines: EngineSummary | None) -> list[ModelEntry]:
@@ -112,12 +159,12 @@ class Target(ABC):
         else:
             set_batching(cfg, model.batching, model.max_batch_size, queue_policy=queue_policy)
 
-    def writes_queue_policy(self, batching: Batching) -> bool:
+    def writes_queue_policy(self, model: ModelSpec | PythonModelSpec) -> bool:
         """Whether a model's queue policy and priority levels go into its config."""
         return True
 
     def python_model(self, pm: PythonModelSpec) -> ModelEntry:
-        return ModelEntry(python_config(pm, queue_policy=self.writes_queue_policy(pm.batching)))
+        return ModelEntry(python_config(pm, queue_policy=self.writes_queue_policy(pm)))
 
     def instance_kind(self, kind: InstanceKind) -> str:
         """Triton's instance kind; ``auto`` is this target's default."""
@@ -126,8 +173,12 @@ class Target(ABC):
         return KIND_GPU if kind is InstanceKind.GPU else KIND_CPU
 
     def check(self, model: ModelSpec, spec_file: Path) -> None:
-        """Refuse a spec this target cannot serve (raised before any stage runs)."""
-        return None  # most targets serve every valid spec
+        """Refuse a spec this target cannot serve, or options it does not take (raised before any
+        stage runs)."""
+        for wanted in self.options(model, spec_file).precisions:
+            if wanted not in model.precisions:
+                raise SpecError(f"'{wanted.value}' is not in precisions", file=spec_file, model=model.name,
+                                field=f"targets.{self.name}.serve")  # fmt: skip
 
     def choose_served(self, build: ModelBuild, spec_file: Path) -> Variant:
         """The fastest that passed among the variants the spec allows this target (its precisions
@@ -144,7 +195,7 @@ class Target(ABC):
     def _allowed(self, model: ModelSpec, variant: Variant) -> bool:
         """Whether this target serves ``variant`` and the spec lets it (its precisions for the
         target, its runtime)."""
-        choices, runtime = model.serve.choices(self.name), model.serve.runtime
+        choices, runtime = self.options(model).precisions, model.serve.runtime
         return (
             self.serves(variant)
             and (not choices or variant.precision in choices)
@@ -152,7 +203,7 @@ class Target(ABC):
         )
 
     def _none_allowed(self, build: ModelBuild, spec_file: Path) -> VerificationError:
-        serve = build.spec.serve
+        named = self.options(build.spec).precisions
         failures = [
             f for v, report in build.reports.items() if self._allowed(build.spec, v) for f in report.failures
         ]
@@ -161,17 +212,17 @@ class Target(ABC):
             + ("; ".join(failures) or "none of them is made on this host"),
             file=spec_file,
             model=build.spec.name,
-            field=f"serve.{self.name}" if serve.choices(self.name) else "serve.runtime",
+            field=f"targets.{self.name}.serve" if named else "serve.runtime",
         )
 
 
-def unknown_serve_targets(model: ModelSpec, known: list[str], spec_file: Path) -> None:
-    """``serve.<name>`` must name a registered target."""
-    for name in model.serve.variants():
+def unknown_targets(model: ModelSpec | PythonModelSpec, known: list[str], spec_file: Path) -> None:
+    """``targets.<name>`` must name a registered target."""
+    for name in model.targets or {}:
         if name not in known:
             raise SpecError(
                 f"unknown target '{name}' (targets: {', '.join(known)})",
                 file=spec_file,
                 model=model.name,
-                field=f"serve.{name}",
+                field=f"targets.{name}",
             )

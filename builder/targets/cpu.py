@@ -17,7 +17,6 @@ from builder.configs import ONNX_FILE, model_io_config, set_parameters
 from builder.python_models.shared.runtimes import ContainerBackend, Knobs
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ModelSpec, Precision, Variant, as_variant
-from builder.stages.runtimes import served_knobs
 from builder.targets.base import ModelEntry, Target
 from builder.targets.vllm_python import vllm_python_entry
 
@@ -51,7 +50,7 @@ class CpuTarget(Target):
         self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
     ) -> ModelConfig:
         variant = as_variant(variant)
-        backend = variant.cpu_runtime.container(served_knobs(model), model.max_batch_size)
+        backend = variant.cpu_runtime.container(self.knobs(model), model.max_batch_size)
         if backend is None:
             raise ValueError(f"no container backend serves {variant.runtime}")
         cfg = model_io_config(model, name)

@@ -46,10 +46,11 @@ class GpuTarget(Target):
         return {build.spec.name: build.served}  # one plan per model; the fallback is fp32 ONNX
 
     def check(self, model: ModelSpec, spec_file: Path) -> None:
-        for precision in model.serve.choices(self.name):
+        super().check(model, spec_file)
+        for precision in self.options(model, spec_file).precisions:
             if precision not in GPU_PREFERENCE:
                 raise SpecError(f"{precision.value} has no TensorRT kernels; use int8, fp16 or fp32",
-                                file=spec_file, model=model.name, field="serve.gpu")  # fmt: skip
+                                file=spec_file, model=model.name, field="targets.gpu.serve")  # fmt: skip
 
     def serves(self, variant: Variant) -> bool:
         return variant.runtime == ONNXRUNTIME and variant.precision in GPU_PREFERENCE
@@ -61,7 +62,7 @@ class GpuTarget(Target):
         for precision in GPU_PREFERENCE:
             if Variant(precision) in allowed:
                 return Variant(precision)
-        if build.spec.serve.choices(self.name):
+        if self.options(build.spec).precisions:
             raise self._none_allowed(build, spec_file)
         raise VerificationError(
             "no TensorRT-compatible variant (int8, fp16, fp32) passed verification",

@@ -8,18 +8,27 @@ Runtime or OpenVINO) on the CPU; every other verified ONNX Runtime variant is pu
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import ONNX_FILE, model_io_config, param_str, set_parameters
 from builder.python_models import model_sources, package
 from builder.python_models.shared import onnx_contract as runner
-from builder.python_models.shared.runtimes import DEFAULT, PRECISION, RUNTIME
+from builder.python_models.shared.runtimes import DEFAULT, PRECISION, RUNTIME, Knobs
 from builder.records import EngineSummary, LLMBuild, ModelBuild
-from builder.spec import ONNXRUNTIME, Batching, ModelSpec, Precision, TimeoutAction, Variant, as_variant
+from builder.spec import (
+    ONNXRUNTIME,
+    Batching,
+    ModelSpec,
+    Precision,
+    PythonModelSpec,
+    TimeoutAction,
+    Variant,
+    as_variant,
+)
 from builder.spec.sequence import SequenceSpec
-from builder.stages.runtimes import served_knobs
-from builder.targets.base import ModelEntry, Target
+from builder.targets.base import ModelEntry, Target, TargetOptions
 from builder.targets.vllm_python import vllm_python_entry
 
 ONNX_RUNNER = package("onnx_runner") / "model.py"
@@ -27,11 +36,35 @@ ONNX_RUNNER = package("onnx_runner") / "model.py"
 ONNX_SEQUENCE = package("onnx_sequence") / "model.py"
 
 
+class LocalOptions(TargetOptions):
+    """``targets.local``: besides ``serve``, what only this target's server has."""
+
+    # Whether ONNX Runtime's idle intra-op workers spin waiting for work (the onnx_runner's
+    # allow_spinning); unset: only where the instances' threads leave a core of the serving machine
+    # free. Which is faster depends on the serving machine's other load, so `tritonforge tune`
+    # measures it. The container's onnxruntime backend has no such setting.
+    spinning: bool | None = None
+    # The bundled tritonserver 2.51 holds a request for up to 500 ms whenever a model has any queue
+    # policy field or priority level: its batcher then wakes for a new request only if an instance
+    # is waiting at that moment (bench/queue_stall.py). So here the queue policy and priorities are
+    # written only when this is true; otherwise the onnx_runner model enforces `batching.queue`
+    # itself (local_queue_parameters). The container targets always get Triton's policy.
+    queue_policy: bool = False
+
+
 class LocalTarget(Target):
     name = "local"
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
-    serves_spinning = True
     implicit_state = False  # the onnx_sequence model keeps the states per correlation id
+    Options = LocalOptions
+
+    def local_options(self, model: ModelSpec | PythonModelSpec) -> LocalOptions:
+        options = self.options(model)
+        assert isinstance(options, LocalOptions)
+        return options
+
+    def knobs(self, model: ModelSpec) -> Knobs:
+        return replace(super().knobs(model), spinning=self.local_options(model).spinning)
 
     def serves(self, variant: Variant) -> bool:
         return True  # the onnx_runner runs every runtime (runtimes/)
@@ -63,7 +96,7 @@ class LocalTarget(Target):
         cfg.backend = "python"
         set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, PRECISION: variant.precision.value})
         # The runtime's own parameters: the very ones the build verified and timed it with.
-        set_parameters(cfg, variant.cpu_runtime.parameters(served_knobs(model)))
+        set_parameters(cfg, variant.cpu_runtime.parameters(self.knobs(model)))
         if variant.runtime != DEFAULT:
             set_parameters(cfg, {RUNTIME: variant.runtime})
         if alone:
@@ -71,13 +104,15 @@ class LocalTarget(Target):
         if model.sequence is not None:
             set_parameters(cfg, {runner.SEQUENCE_STATE: sequence_state_parameter(model.sequence)})
         # Without Triton's policy the onnx_runner model can enforce the spec's bound itself.
-        set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
-        return self._serving(cfg, model, queue_policy=self.writes_queue_policy(model.batching))
+        policy = self.writes_queue_policy(model)
+        if not policy:
+            set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
+        return self._serving(cfg, model, queue_policy=policy)
 
-    def writes_queue_policy(self, batching: Batching) -> bool:
+    def writes_queue_policy(self, model: ModelSpec | PythonModelSpec) -> bool:
         # tritonserver 2.51's batcher stalls up to 500 ms whenever a queue policy is set
         # (bench/queue_stall.py); only where the spec asks for it.
-        return batching.local_queue_policy
+        return self.local_options(model).queue_policy
 
 
 def sequence_state_parameter(seq: SequenceSpec) -> str:
@@ -89,10 +124,10 @@ def sequence_state_parameter(seq: SequenceSpec) -> str:
 
 
 def local_queue_parameters(batching: Batching, max_batch_size: int) -> dict[str, str]:
-    """Where Triton's queue policy is left out (Batching.local_queue_policy), the onnx_runner
+    """Where Triton's queue policy is left out (``targets.local.queue_policy``), the onnx_runner
     model bounds its own queue with the spec's default policy; empty when there is no bound."""
     policy = batching.queue
-    if not batching.enabled or max_batch_size <= 0 or batching.local_queue_policy:
+    if not batching.enabled or max_batch_size <= 0:
         return {}
     if policy.max_queue_size == 0 and policy.default_timeout_us == 0:
         return {}

@@ -34,7 +34,7 @@ class Candidate:
     max_queue_delay_us: int
     preferred_batch_sizes: tuple[int, ...]
     max_batch_size: int
-    spinning: bool | None = None  # serve.spinning; None = the runner's rule (runner_spins)
+    spinning: bool | None = None  # targets.local.spinning; None = the runner's rule (runner_spins)
     threads: int = 0  # serve.threads, not searched (0: the cores shared out among the instances)
 
     @property
@@ -70,7 +70,7 @@ def of_spec(model: ModelSpec) -> Candidate:
         max_queue_delay_us=model.batching.max_queue_delay_us,
         preferred_batch_sizes=tuple(model.batching.preferred_batch_sizes),
         max_batch_size=model.max_batch_size,
-        spinning=model.serve.spinning,
+        spinning=served_here().knobs(model).spinning,
         threads=model.serve.threads,
     )
 
@@ -88,11 +88,21 @@ def apply(model: ModelSpec, cand: Candidate) -> ModelSpec:
                 }
             ),
             "instances": model.instances.model_copy(update={"count": cand.instances}),
-            "serve": model.serve.model_copy(update={"spinning": cand.spinning}),
+            "targets": _with_spinning(model, cand.spinning),
         }
     )
     # model_copy does not validate: run the spec's validators on the result.
     return ModelSpec.model_validate(updated.model_dump())
+
+
+def _with_spinning(model: ModelSpec, spinning: bool | None) -> dict[str, dict[str, object]] | None:
+    """The model's ``targets`` with ``targets.<local>.spinning`` set (removed for None)."""
+    name = served_here().name
+    local = {k: v for k, v in model.target_options(name).items() if k != "spinning"}
+    if spinning is not None:
+        local["spinning"] = spinning
+    targets = {k: v for k, v in (model.targets or {}).items() if k != name} | ({name: local} if local else {})
+    return targets or None
 
 
 def apply_to_spec(spec: Spec, name: str, cand: Candidate) -> Spec:

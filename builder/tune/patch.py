@@ -3,7 +3,7 @@
 Edits are textual round-trips with ruamel.yaml (comments, flow maps and key order are
 kept; the file is re-emitted byte for byte where nothing changed). Only the model's
 ``max_batch_size``, ``batching.preferred_batch_sizes``, ``batching.max_queue_delay_us``,
-``instances.count`` and ``serve.spinning`` are touched, and only where they differ from the
+``instances.count`` and ``targets.local.spinning`` are touched, and only where they differ from the
 spec. The result is checked by loading it with the real spec loader: every other model must
 be unchanged and the tuned one must equal the candidate applied to the spec.
 """
@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.spec import load_spec
+from builder.targets import served_here
 from builder.tune.candidates import Candidate, apply, of_spec
+
+LOCAL = served_here().name  # the target whose runner spins (the one tune measures on)
 
 
 def _yaml() -> Any:
@@ -121,22 +124,27 @@ def _position(batching: Any, key: str) -> int:
 
 
 def _set_spinning(entry: Any, spinning: bool | None) -> None:
-    """``serve.spinning`` set (a new ``serve`` map goes after ``warmup`` or ``instances``), or
-    removed for None, with ``serve`` itself when nothing else is left in it."""
+    """``targets.local.spinning`` set (a new ``targets`` map goes after ``warmup`` or
+    ``instances``), or removed for None, with the maps left empty by it."""
     from ruamel.yaml.comments import CommentedMap
 
-    serve = entry.get("serve")
+    targets = entry.get("targets")
+    local = targets.get(LOCAL) if targets is not None else None
     if spinning is None:
-        if serve is not None:
-            serve.pop("spinning", None)
-            if not serve:
-                del entry["serve"]
+        if local is not None:
+            local.pop("spinning", None)
+            if not local:
+                del targets[LOCAL]
+            if not targets:
+                del entry["targets"]
         return
-    if serve is None:
-        serve = CommentedMap()
-        serve.fa.set_flow_style()
-        _insert_after(entry, "serve", serve, "warmup" if "warmup" in entry else "instances")
-    serve["spinning"] = spinning
+    if targets is None:
+        targets = CommentedMap()
+        _insert_after(entry, "targets", targets, "warmup" if "warmup" in entry else "instances")
+    if local is None:
+        local = targets[LOCAL] = CommentedMap()
+        local.fa.set_flow_style()
+    local["spinning"] = spinning
 
 
 def _insert_after(entry: Any, key: str, value: Any, after: str) -> None:

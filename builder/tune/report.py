@@ -28,7 +28,7 @@ def spinning_line(result: SearchResult) -> str:
     if all(t.candidate.spinning is None for t in result.trials):
         return ""
     return (
-        f"Idle intra-op workers (serve.spinning): chosen {_spins(result.chosen.candidate)}, "
+        f"Idle intra-op workers (targets.local.spinning): chosen {_spins(result.chosen.candidate)}, "
         f"spec default {_spins(result.default.candidate)}"
     )
 

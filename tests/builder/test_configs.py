@@ -53,7 +53,6 @@ def full_model(**overrides: object) -> ModelSpec:
                 "allow_timeout_override": False,
             },
             "priority_levels": 2,
-            "local_queue_policy": True,
             "default_priority_level": 2,
             "priority_queues": {1: {"max_queue_size": 8, "timeout_action": "reject"}},
         },
@@ -66,6 +65,7 @@ def full_model(**overrides: object) -> ModelSpec:
         "tolerances": {"fp32": {"min_cosine": 0.99}},
         "warmup": {"batch_sizes": [1, 8], "count": 3},
         "engine": {"cuda_graphs": True},
+        "targets": {"local": {"queue_policy": True}},
     }
     raw.update(overrides)
     return ModelSpec.model_validate(raw)
@@ -153,7 +153,7 @@ def test_local_target_runs_the_python_onnx_runner(tmp_path: Path) -> None:
 def test_local_target_writes_allow_spinning_only_when_set(
     spinning: bool | None, written: str | None, tmp_path: Path
 ) -> None:
-    model = full_model(serve={"spinning": spinning})
+    model = full_model(targets={"local": {"spinning": spinning}})
     params = round_trip(core_config(model, "local", variant=Precision.FP32), tmp_path).parameters
     assert (params["allow_spinning"].string_value if "allow_spinning" in params else None) == written
     for target in ("cpu", "gpu"):  # Triton's own backends have no such setting
@@ -380,9 +380,7 @@ def test_real_server_rejects_an_inconsistent_config(tmp_path: Path) -> None:
 def test_local_target_omits_queue_policy_unless_asked() -> None:
     """tritonserver 2.51 (the local target) stalls requests whenever a queue policy is set."""
     model = full_model()
-    plain = model.model_copy(
-        update={"batching": model.batching.model_copy(update={"local_queue_policy": False})}
-    )
+    plain = model.model_copy(update={"targets": None})
     local = core_config(plain, "local", variant=Precision.FP32).dynamic_batching
     assert not local.HasField("default_queue_policy") and local.priority_levels == 0
     assert list(local.preferred_batch_size) == [4, 16]
@@ -399,7 +397,8 @@ def test_local_target_bounds_the_runner_where_triton_policy_is_left_out() -> Non
     model = full_model(
         batching={
             "queue": {"max_queue_size": 64, "default_timeout_us": 9000, "allow_timeout_override": False}
-        }
+        },
+        targets=None,
     )
     params = _params(core_config(model, "local", variant=Precision.FP32))
     assert params["max_queue_size"] == "64" and params["queue_timeout_us"] == "9000"
@@ -408,12 +407,13 @@ def test_local_target_bounds_the_runner_where_triton_policy_is_left_out() -> Non
 
 
 def test_local_runner_bound_follows_the_spec() -> None:
-    unbounded = core_config(full_model(batching={}), "local", variant=Precision.FP32)
+    unbounded = core_config(full_model(batching={}, targets=None), "local", variant=Precision.FP32)
     assert "max_queue_size" not in _params(unbounded), "no bound in the spec: none in the runner"
-    with_triton_policy = core_config(full_model(), "local", variant=Precision.FP32)  # local_queue_policy
+    with_triton_policy = core_config(full_model(), "local", variant=Precision.FP32)  # queue_policy: true
     assert "max_queue_size" not in _params(with_triton_policy)
     delay = full_model(
-        batching={"queue": {"max_queue_size": 8, "default_timeout_us": 5, "timeout_action": "delay"}}
+        batching={"queue": {"max_queue_size": 8, "default_timeout_us": 5, "timeout_action": "delay"}},
+        targets=None,
     )
     params = _params(core_config(delay, "local", variant=Precision.FP32))
     assert params["max_queue_size"] == "8" and params["queue_timeout_us"] == "0", (

@@ -9,8 +9,6 @@ import yaml
 
 from builder.errors import SpecError
 from builder.spec import ModelSpec, Precision, load_spec
-from builder.targets.base import unknown_serve_targets
-from builder.targets.gpu import GpuTarget
 
 ROOT = Path(__file__).parents[2]
 
@@ -130,26 +128,6 @@ def test_ensemble_unknown_step(tmp_path: Path) -> None:
     assert "unknown model 'nope'" in error_for(tmp_path, doc)
 
 
-def test_gpu_cannot_serve_dynamic_int8(tmp_path: Path) -> None:
-    doc = base()
-    doc["models"][0]["precisions"] = ["fp32", "int8_dynamic"]
-    doc["models"][0]["tolerances"]["int8_dynamic"] = {"min_cosine": 0.9}
-    doc["models"][0]["serve"] = {"gpu": "int8_dynamic"}
-    model = ModelSpec.model_validate(doc["models"][0])  # a valid spec: the gpu target refuses it
-    with pytest.raises(SpecError) as info:
-        GpuTarget().check(model, tmp_path / "models.yaml")
-    assert info.value.field == "serve.gpu" and "int8_dynamic has no TensorRT kernels" in str(info.value)
-
-
-def test_serve_names_a_registered_target(tmp_path: Path) -> None:
-    doc = base()
-    doc["models"][0]["serve"] = {"tpu": "fp32"}
-    model = ModelSpec.model_validate(doc["models"][0])
-    with pytest.raises(SpecError) as info:
-        unknown_serve_targets(model, ["local", "cpu", "gpu"], tmp_path / "models.yaml")
-    assert info.value.field == "serve.tpu" and "unknown target 'tpu'" in str(info.value)
-
-
 def test_shape_range_and_opt_batch_come_from_the_profile(tmp_path: Path) -> None:
     doc = base()
     doc["models"][0]["inputs"][0]["dims"] = [-1]
@@ -195,20 +173,31 @@ def test_image_format_names_the_choices(tmp_path: Path) -> None:
     assert "format" in message and "NCHW" in message and "NHWC" in message, message
 
 
-def test_serve_spinning_is_a_field_not_a_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "moved"),
+    [
+        ("serve", {"spinning": False}, "serve: spinning moved to targets.local.spinning"),
+        (
+            "serve",
+            {"threads": 2, "local": "fp32"},
+            "the precisions a target serves moved to targets.local.serve",
+        ),
+        ("batching", {"local_queue_policy": True}, "local_queue_policy moved to targets.local.queue_policy"),
+    ],
+)
+def test_a_target_option_where_it_was_says_where_it_went(
+    tmp_path: Path, field: str, value: dict[str, object], moved: str
+) -> None:
     doc = base()
-    doc["models"][0]["serve"] = {"spinning": False, "local": "fp32"}
-    serve = load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m").serve
-    assert serve.spinning is False
-    assert serve.variants() == {"local": Precision.FP32}
-    unset = ModelSpec.model_validate(base()["models"][0]).serve
-    assert unset.spinning is None and "spinning" not in unset.model_dump()  # dumps (keys) as before
+    doc["models"][0][field] = value
+    assert moved in error_for(tmp_path, doc)
 
 
-def test_serve_spinning_must_be_a_boolean(tmp_path: Path) -> None:
+def test_targets_are_kept_as_written_and_left_out_of_the_dump_while_unset(tmp_path: Path) -> None:
     doc = base()
-    doc["models"][0]["serve"] = {"spinning": "sometimes"}
-    assert error_for(tmp_path, doc) == (
-        f"{tmp_path / 'models.yaml'}: model 'm': serve.spinning: "
-        "Input should be a valid boolean, unable to interpret input (got 'sometimes')"
+    doc["models"][0]["targets"] = {"local": {"serve": "fp32", "spinning": False}}
+    model = load_spec(write(tmp_path, yaml.safe_dump(doc))).model("m")
+    assert model.target_options("local") == {"serve": "fp32", "spinning": False} and not model.target_options(
+        "cpu"
     )
+    assert "targets" not in ModelSpec.model_validate(base()["models"][0]).model_dump()  # keys as before

@@ -59,7 +59,7 @@ def config_fields(db: object) -> dict[str, object]:
 
 def test_zoo_queue_policies_are_written_and_bounded(zoo_repo: Path) -> None:
     """Every batching model of the default zoo carries the spec's bounded queue policy on the
-    container targets; the local target omits it unless asked (Batching.local_queue_policy)."""
+    container targets; the local target omits it unless asked (targets.local.queue_policy)."""
     spec = load_spec(ROOT / "models.yaml")
     checked = []
     for model in [*spec.models, *spec.python_models]:
@@ -77,7 +77,8 @@ def test_zoo_queue_policies_are_written_and_bounded(zoo_repo: Path) -> None:
         )
         local = read_config(zoo_repo / model.name / "config.pbtxt")
         assert local.HasField("dynamic_batching"), model.name
-        assert local.dynamic_batching.HasField("default_queue_policy") == model.batching.local_queue_policy
+        asked = model.target_options("local").get("queue_policy", False)
+        assert local.dynamic_batching.HasField("default_queue_policy") == asked
         checked.append(model.name)
     assert checked
 

@@ -13,6 +13,7 @@ from builder.engines.repro import trtexec_command
 from builder.engines.request import RecipeError, make_request
 from builder.spec import Precision, load_spec
 from builder.spec.engine import EngineOptions, Int8Mode, cc_model_filenames, plan_filename
+from builder.targets import get
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -111,7 +112,8 @@ def test_int8_explicit_on_11_builds_the_qdq_onnx_strongly_typed(variants) -> Non
 
 def test_the_default_zoo_lets_measured_speed_choose_the_gpu_plan() -> None:
     spec = load_spec(ROOT / "models.yaml")
-    assert {m.name: m.serve.variant("gpu") for m in spec.models if m.serve.variant("gpu")} == {}
+    gpu = get("gpu")
+    assert {m.name: gpu.options(m).precision for m in spec.models if gpu.options(m).precision} == {}
 
 
 def test_int8_calibrator_uses_the_table_on_10_only(variants, calibration_table) -> None:

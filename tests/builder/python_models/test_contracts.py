@@ -51,7 +51,7 @@ def test_the_local_target_writes_only_its_runners_contract_keys() -> None:
     tensor = {"name": "x", "dtype": "FP32", "dims": [4]}
     queued = ModelSpec.model_validate({
         "name": "m", "source": "m.onnx", "max_batch_size": 8, "inputs": [tensor], "outputs": [tensor],
-        "tolerances": {"fp32": {"max_abs": 0.0}}, "serve": {"spinning": True},
+        "tolerances": {"fp32": {"max_abs": 0.0}}, "targets": {"local": {"spinning": True}},
         "batching": {"queue": {"max_queue_size": 16, "default_timeout_us": 1000}},
     })  # fmt: skip
     stateful = ModelSpec.model_validate(next(e for e in entries() if e["name"] == "vad"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.errors import SpecError, VerificationError
+from builder.errors import SpecError
 from builder.records import ModelBuild, VerificationReport
 from builder.spec import ModelSpec, Precision, Variant, load_spec
 from builder.targets import get
@@ -66,12 +66,6 @@ def test_a_pinned_runtime_must_be_wanted(tmp_path: Path) -> None:
     assert "serve.runtime" in said
 
 
-def test_serve_may_name_several_precisions(tmp_path: Path) -> None:
-    serve = loaded(tmp_path, serve={"local": ["fp32", "bf16"], "gpu": "fp32"}).serve
-    assert serve.choices("local") == [FP32, BF16] and serve.variant("local") is None
-    assert serve.variant("gpu") is FP32
-
-
 def built(spec: ModelSpec, timings: dict[Variant, float | None], moved: float | None = None) -> ModelBuild:
     b = ModelBuild(spec)
     for variant, ms in timings.items():
@@ -79,44 +73,6 @@ def built(spec: ModelSpec, timings: dict[Variant, float | None], moved: float | 
         b.reports[variant] = VerificationReport(variant, ms is not None, {}, [] if ms else ["off"], ms,
                                                 batch_max_diff=moved)  # fmt: skip
     return b
-
-
-def test_the_fastest_allowed_variant_is_served(tmp_path: Path) -> None:
-    b = built(loaded(tmp_path), {Variant(FP32): 10.0, Variant(FP32, OV): 8.0, Variant(BF16, OV): 2.0})
-    spec = tmp_path / "models.yaml"
-    assert get("local").choose_served(b, spec) == Variant(BF16, OV)
-    # The cpu target's OpenVINO backend pads every batch to max_batch_size: served only when pinned.
-    assert get("cpu").choose_served(b, spec) == Variant(FP32)
-    pinned = built(
-        loaded(tmp_path, serve={"runtime": "openvino"}), {v: r.ms_per_sample for v, r in b.reports.items()}
-    )
-    assert get("cpu").choose_served(pinned, spec) == Variant(BF16, OV)
-    onnx_only = built(
-        loaded(tmp_path, serve={"runtime": "onnxruntime"}), {Variant(FP32): 10.0, Variant(BF16, OV): 2.0}
-    )
-    assert get("local").choose_served(onnx_only, spec) == Variant(FP32)
-
-
-def test_a_named_precision_that_did_not_pass_is_refused_with_its_failures(tmp_path: Path) -> None:
-    b = built(loaded(tmp_path, serve={"local": "bf16"}), {Variant(FP32): 10.0, Variant(BF16, OV): None})
-    with pytest.raises(VerificationError, match="off") as caught:
-        get("local").choose_served(b, tmp_path / "models.yaml")
-    assert caught.value.field == "serve.local"
-
-
-def test_openvino_variants_get_their_runtime_on_local_and_triton_s_openvino_backend_on_cpu(
-    tmp_path: Path,
-) -> None:
-    spec = loaded(tmp_path, serve={"threads": 2})
-    local = get("local").core_config(spec, "m_bf16_openvino", Variant(BF16, OV))
-    params = {k: v.string_value for k, v in local.parameters.items()}
-    assert params["runtime"] == "openvino" and params["precision"] == "bf16" and "openvino_cache" in params
-    cpu = get("cpu").core_config(spec, "m_bf16_openvino", Variant(BF16, OV))
-    params = {k: v.string_value for k, v in cpu.parameters.items()}
-    assert cpu.backend == "openvino" and cpu.default_model_filename == "model.onnx" and not cpu.platform
-    assert params == {"HINT_BF16": "YES", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
-                      "ENABLE_BATCH_PADDING": "YES", "INFERENCE_NUM_THREADS": "2"}  # fmt: skip
-    assert not get("cpu").serves(Variant(FP32, OV)) and not get("gpu").serves(Variant(BF16, OV))
 
 
 def test_a_variant_whose_answer_moves_runs_each_request_alone(tmp_path: Path) -> None:

@@ -89,9 +89,9 @@ def test_spinning_goes_from_the_spec_and_back(zoo) -> None:  # type: ignore[no-u
     model = zoo.model("resnet18")
     assert of_spec(model).spinning is None
     tuned = apply(model, Candidate(2, 0, (), 32, spinning=False))
-    assert tuned.serve.spinning is False and tuned.serve.variants() == model.serve.variants()
+    assert tuned.target_options("local") == {"spinning": False} and tuned.serve == model.serve
     assert of_spec(tuned).spinning is False
-    assert apply(tuned, of_spec(model)).serve.spinning is None
+    assert apply(tuned, of_spec(model)).targets is None
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3, 4, 16])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from builder.spec import load_spec
-from builder.tune.candidates import Candidate, apply
+from builder.tune.candidates import Candidate, apply, of_spec
 from builder.tune.patch import load_spec_text, patch, patched_text
 
 ROOT = Path(__file__).parents[3]
@@ -68,20 +69,21 @@ def test_unknown_model() -> None:
         patched_text((ROOT / "models.yaml").read_text(), "nope", Candidate(1, 0, (), 8))
 
 
-def test_patch_writes_spinning_into_serve_and_keeps_the_rest(tmp_path: Path) -> None:
+def test_patch_writes_spinning_into_the_local_targets_options_and_keeps_the_rest(tmp_path: Path) -> None:
     spec_file = tmp_path / "models.yaml"
     text = (ROOT / "models.yaml").read_text()
     spec_file.write_text(text)
-    cand = Candidate(2, 0, (), 32, spinning=False)  # resnet18's own config, workers asleep
+    model = load_spec(spec_file).model("resnet18")
+    cand = dataclasses.replace(of_spec(model), spinning=False)  # resnet18's own config, workers asleep
     new, diff = patch(spec_file, "resnet18", cand)
     changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
-    assert changed == ["+    serve: {spinning: false}"]
-    assert new.replace("    serve: {spinning: false}\n", "", 1) == text
+    assert changed == ["+    targets:", "+      local: {spinning: false}"]
+    assert new.replace("    targets:\n      local: {spinning: false}\n", "", 1) == text
     spec_file.write_text(new)
-    assert load_spec(spec_file).model("resnet18").serve.spinning is False
+    assert load_spec(spec_file).model("resnet18").target_options("local") == {"spinning": False}
 
 
-def test_patch_sets_spinning_beside_other_serve_keys_and_removes_it() -> None:
+def test_patch_sets_spinning_beside_other_local_options_and_removes_it() -> None:
     text = (
         "models:\n"
         "  - name: m\n"
@@ -91,13 +93,14 @@ def test_patch_sets_spinning_beside_other_serve_keys_and_removes_it() -> None:
         "    max_batch_size: 8\n"
         "    evaluation: {data: e.npz}\n"
         "    tolerances: {fp32: {min_cosine: 0.99}}\n"
-        "    serve: {local: fp32, threads: 2}  # kept\n"
+        "    targets:\n"
+        "      local: {serve: fp32}  # kept\n"
     )
     spun = patched_text(text, "m", Candidate(1, 0, (), 8, spinning=True))
-    assert spun.startswith(text[: text.index("    serve:")])
-    assert re.search(r"\n    serve: \{local: fp32, threads: 2, spinning: true\} +# kept\n$", spun)
+    assert spun.startswith(text[: text.index("    targets:")])
+    assert re.search(r"\n      local: \{serve: fp32, spinning: true\} +# kept\n$", spun)
     unset = patched_text(spun, "m", Candidate(1, 0, (), 8))
-    assert re.search(r"\n    serve: \{local: fp32, threads: 2\} +# kept\n$", unset)  # column kept
+    assert re.search(r"\n      local: \{serve: fp32\} +# kept\n$", unset)  # column kept
     assert load_spec_text(unset) == load_spec_text(text)
-    only = text.replace("{local: fp32, threads: 2}", "{spinning: false}")
-    assert patched_text(only, "m", Candidate(1, 0, (), 8)) == text[: text.index("    serve:")]
+    only = text.replace("{serve: fp32}", "{spinning: false}")
+    assert patched_text(only, "m", Candidate(1, 0, (), 8)) == text[: text.index("    targets:")]

@@ -19,7 +19,7 @@ def test_the_report_shows_the_chosen_spinning() -> None:
     line = spinning_line(r)
     unset = "spinning" if runner_spins(default) else "sleeping"  # the runner's rule on these cores
     assert line == (
-        "Idle intra-op workers (serve.spinning): chosen sleeping, "
+        "Idle intra-op workers (targets.local.spinning): chosen sleeping, "
         f"spec default {unset} (unset: spin only with a core to spare)"
     )
     text = markdown(r, "m", None, "", {})
@@ -28,4 +28,4 @@ def test_the_report_shows_the_chosen_spinning() -> None:
 
 def test_no_spinning_line_when_it_was_not_searched() -> None:
     r = result(Candidate(1, 0, (), 8), Candidate(2, 0, (), 8))
-    assert spinning_line(r) == "" and "serve.spinning" not in markdown(r, "m", None, "", {})
+    assert spinning_line(r) == "" and "targets.local.spinning" not in markdown(r, "m", None, "", {})
