@@ -96,9 +96,9 @@ class Published:
 
 
 def allowed(spec: dict[str, Any], variant: str) -> bool:
-    """Whether the spec's ``serve.local`` choices (none: all) allow the variant's precision."""
+    """Whether the spec's ``targets.local.serve`` choices (none: all) allow the variant's precision."""
 
-    choices = (spec.get("serve") or {}).get("local")
+    choices = ((spec.get("targets") or {}).get("local") or {}).get("serve")
     if not choices:
         return True
     wanted = [choices] if isinstance(choices, str) else list(choices)

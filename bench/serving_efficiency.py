@@ -33,7 +33,10 @@ NAME = "serving_efficiency"
 def cases(opts: Options) -> tuple[Any, list[tuple[str, str, dict[str, Any], Any, float]]]:
     zoo = zoo_models()
     # resnet18 served as INT8 (pinned), its FP32 variant published beside it as resnet18_fp32.
-    resnet = {**zoo["resnet18"], "serve": {**zoo["resnet18"].get("serve", {}), "local": "int8"}}
+    resnet = {
+        **zoo["resnet18"],
+        "targets": {**zoo["resnet18"].get("targets", {}), "local": {"serve": "int8"}},
+    }
     repo = build_repo(NAME, [resnet, zoo["minilm_encoder"], light_model()])
     # (label, served model, spec entry, feed, target)
     return repo, [

@@ -34,10 +34,10 @@ def test_each_runtime_runs_its_fastest_variant_that_verified_and_is_published() 
 
 
 def test_the_specs_serve_choices_bound_what_onnx_runtime_served_before() -> None:
-    spec = {"serve": {"local": ["fp32", "bf16"]}}
+    spec = {"targets": {"local": {"serve": ["fp32", "bf16"]}}}
     assert fastest_on(ENTRY, spec, "onnxruntime") == "fp32"
     assert fastest_on(ENTRY, spec, "openvino") == "bf16_openvino"
-    assert fastest_on(ENTRY, {"serve": {"local": "int8"}}, "onnxruntime") is None
+    assert fastest_on(ENTRY, {"targets": {"local": {"serve": "int8"}}}, "onnxruntime") is None
 
 
 def test_a_variant_published_only_on_another_runtime_runs_the_graph_of_its_precision(tmp_path: Path) -> None:
