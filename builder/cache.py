@@ -39,12 +39,14 @@ def file_hash(path: Path) -> str:
 
 
 def tree_hash(path: Path) -> str:
-    """Hash of a file, or of every file under a folder (names and contents), leaving out the
-    bytecode Python writes beside a package's sources."""
+    """Hash of a file, or of every file under a folder (names and contents; a linked folder is
+    followed, as a copy of the tree would hold it), leaving out the bytecode Python writes beside a
+    package's sources."""
     if path.is_file():
         return file_hash(path)
     digest = hashlib.sha256()
-    for item in sorted(p for p in path.rglob("*") if p.is_file() and not _bytecode(p.relative_to(path))):
+    found = (Path(top) / name for top, _, names in os.walk(path, followlinks=True) for name in names)
+    for item in sorted(p for p in found if p.is_file() and not _bytecode(p.relative_to(path))):
         digest.update(str(item.relative_to(path)).encode())
         digest.update(file_hash(item).encode())
     return digest.hexdigest()

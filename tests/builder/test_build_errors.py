@@ -147,10 +147,10 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
             p,
             lambda d: (
                 model(d)["tolerances"].update(int8={"min_cosine": 1.0}),
-                model(d).update(serve={"local": "int8"}),
+                model(d).update(targets={"local": {"serve": "int8"}}),
             ),
         ),
-        ("models.yaml", "model 'tiny'", "serve.local", "no variant named for target 'local'", "min_cosine"),
+        ("models.yaml", "model 'tiny'", "targets.local.serve", "no variant named for target 'local'", "min_cosine"),
     ),
 }
 
