@@ -150,7 +150,13 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
                 model(d).update(targets={"local": {"serve": "int8"}}),
             ),
         ),
-        ("models.yaml", "model 'tiny'", "targets.local.serve", "no variant named for target 'local'", "min_cosine"),
+        (
+            "models.yaml",
+            "model 'tiny'",
+            "targets.local.serve",
+            "no variant named for target 'local'",
+            "min_cosine",
+        ),
     ),
 }
 
