@@ -32,6 +32,7 @@ class LocalTarget(Target):
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
     serves_spinning = True
     implicit_state = False  # the onnx_sequence model keeps the states per correlation id
+    runs_rows_alone = True  # the onnx_runner's run_alone
 
     def serves(self, variant: Variant) -> bool:
         return True  # the onnx_runner runs every runtime (runtimes/)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,15 +120,38 @@ def test_openvino_variants_get_their_runtime_on_local_and_triton_s_openvino_back
     assert not get("cpu").serves(Variant(FP32, OV)) and not get("gpu").serves(Variant(BF16, OV))
 
 
-def test_a_variant_whose_answer_moves_runs_each_request_alone(tmp_path: Path) -> None:
-    spec = loaded(tmp_path, precisions=["fp32"], runtimes=["onnxruntime"])
-    b = built(spec, {Variant(FP32): 1.0}, moved=0.05)
+def test_a_variant_whose_rows_move_runs_each_row_alone_on_local_and_is_refused_on_cpu(tmp_path: Path) -> None:
+    """ONNX Runtime's dynamic INT8 takes one scale for all the rows of a run: the local target's
+    onnx_runner runs each of its rows alone; the container's onnxruntime backend runs a request's
+    rows together whatever its batcher does, so the cpu target neither serves nor publishes it."""
+    dyn = Variant(Precision.INT8_DYNAMIC)
+    spec = loaded(tmp_path, precisions=["fp32", "int8_dynamic"], runtimes=["onnxruntime"],
+                  tolerances={"fp32": {"min_cosine": 0.99}, "int8_dynamic": {"min_cosine": 0.9}})  # fmt: skip
+    b = built(spec, {Variant(FP32): 2.0, dyn: 1.0}, moved=1e-7)
+    b.reports[dyn] = replace(b.reports[dyn], batch_max_diff=0.014)
+    spec_file = tmp_path / "models.yaml"
+    local = get("local")
+    assert local.refusals(b) == {} and local.choose_served(b, spec_file) == dyn
+    b.served = dyn
+    configs = {name: cfg for name, _, cfg in local.core_entries(b)}
+    assert set(configs) == {"m", "m_fp32"}
+    assert configs["m"].parameters["run_alone"].string_value == "1" and configs["m"].HasField(
+        "dynamic_batching"
+    )
+    assert "run_alone" not in configs["m_fp32"].parameters
+    cpu = get("cpu")
+    assert cpu.refusals(b) == {
+        dyn: "its answer for a row moves with the rows beside it (1.4e-02 of the row's largest value, over "
+        "0.0001) and the cpu target's backend runs a request's rows together"
+    }
+    assert cpu.choose_served(b, spec_file) == Variant(FP32)
     b.served = Variant(FP32)
-    ((_, _, local),) = get("local").core_entries(b)
-    assert local.parameters["run_alone"].string_value == "1" and local.HasField("dynamic_batching")
-    ((_, _, cpu),) = get("cpu").core_entries(b)
-    assert not cpu.HasField("dynamic_batching")
-    steady = built(spec, {Variant(FP32): 1.0}, moved=1e-7)
-    steady.served = Variant(FP32)
-    ((_, _, local),) = get("local").core_entries(steady)
-    assert "run_alone" not in local.parameters
+    assert cpu.published(b) == {"m": Variant(FP32)}
+    ((_, _, config),) = cpu.core_entries(b)
+    assert config.HasField("dynamic_batching")
+    assert get("gpu").refusals(b) == {} and get("gpu").choose_served(b, spec_file) == Variant(FP32)
+    alone = loaded(tmp_path, precisions=["int8_dynamic"], runtimes=["onnxruntime"],
+                   tolerances={"int8_dynamic": {"min_cosine": 0.9}})  # fmt: skip
+    only = built(alone, {dyn: 1.0}, moved=0.014)
+    with pytest.raises(VerificationError, match="runs a request's rows together"):
+        cpu.choose_served(only, spec_file)
