@@ -101,6 +101,8 @@ def _each(
 
 
 def _served(b: ModelBuild, target: Target, ctx: BuildContext) -> ModelBuild:
+    for variant, why in target.refusals(b).items():  # verified, but the target cannot serve it right
+        ctx.log(f"[{b.spec.name}] variant {variant.name} not published: {why}")
     b.served = target.choose_served(b, ctx.spec_file)
     return b
 

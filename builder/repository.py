@@ -192,7 +192,7 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
     artifacts: dict[str, str] = {}
     for entry in entries:
         artifacts.update(_write_entry(entry, b.spec.outputs, r.ctx, root))
-    return {
+    out: Json = {
         "kind": "onnx",
         "served": b.served.name,
         "published": {e.name: e.variant.name for e in entries if e.variant is not None},
@@ -200,6 +200,10 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
         "verification": {v.name: report.to_json() for v, report in b.reports.items()},
         "artifacts": artifacts,
     }
+    refused = r.target.refusals(b)
+    if refused:  # verified, but this target's server cannot serve them as verified
+        out["not_published"] = {v.name: why for v, why in refused.items()}
+    return out
 
 
 def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:

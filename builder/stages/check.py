@@ -39,8 +39,8 @@ class CheckInputs(StageInputs, OmitsUnset):
 
 
 class Check(Stage):
-    """The exported graph checked; the record counts its opset and the quantized operators it has
-    already, so that a rebuild with nothing changed reads no graph."""
+    """The exported graph checked; the record counts its opset and what makes it quantized already
+    (its quantized operators and weights), so that a rebuild with nothing changed reads no graph."""
 
     name = CheckInputs.STAGE
 
@@ -52,8 +52,12 @@ class Check(Stage):
         )  # fmt: skip
 
     def run(self, job: ModelJob, out: Path) -> Info:
-        checked = check(job.model, job.graph(EXPORT.name), out / GRAPH, spec_file=job.ctx.spec_file)
-        return artifact(checked) | {"opset": graph_opset(checked), "quantized": quantized_ops(checked)}
+        exported = job.graph(EXPORT.name)
+        # Read before simplifying, which would fold weights dequantized from constants (int8 through
+        # Cast and Mul, DequantizeLinear) into float ones: a quantized graph is kept as it comes.
+        quantized = quantized_ops(exported)
+        checked = check(job.model, exported, out / GRAPH, spec_file=job.ctx.spec_file, simplify=not quantized)
+        return artifact(checked) | {"opset": graph_opset(checked), "quantized": quantized}
 
 
 CHECK = Check()
@@ -62,11 +66,12 @@ CHECK = Check()
 FREE_INITIALIZERS_IR = 4
 
 
-def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path) -> Path:
-    """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false``, save ``out``."""
+def check(model: ModelSpec, onnx_in: Path, out: Path, *, spec_file: Path, simplify: bool = True) -> Path:
+    """Check ``onnx_in`` against ONNX and the spec, simplify it unless ``simplify: false`` (or
+    ``simplify`` False: a graph quantized already), save ``out``."""
     graph = onnx.shape_inference.infer_shapes(name_negative_dims(_checked_graph(onnx_in, model, spec_file)))
     compare(model, graph, spec_file=spec_file)
-    if model.simplify:
+    if model.simplify and simplify:
         graph = _simplified(model, graph, spec_file=spec_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(graph, out)

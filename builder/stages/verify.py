@@ -24,7 +24,7 @@ from builder.records import BATCH_INVARIANCE, OutputMetrics, ReportJson, Verific
 from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
 from builder.stages.base import Info, ModelJob, Stage, StageInputs
 from builder.stages.reference import REFERENCE, load_reference
-from builder.stages.runtimes import open_variant, run_model
+from builder.stages.runtimes import open_variant, run_model, run_session
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
@@ -161,9 +161,9 @@ def verify_variant(
     reference: dict[str, NDArray[Any]],
     knobs: Knobs | None = None,
 ) -> VerificationReport:
-    """Run the variant on ``inputs``, compare with ``reference`` under its precision's tolerance,
-    check that a request's answer does not move with its batch mates, and time it as it will be
-    served (a variant whose answer moves runs each request alone: timed at batch 1)."""
+    """Check whether a row's answer moves with the rows beside it, then run the variant on
+    ``inputs`` as it will be served (a variant whose answer moves runs each row alone: row by row,
+    and timed at batch 1), compare with ``reference`` under its precision's tolerance and time it."""
     variant = as_variant(variant)
     tolerance = model.tolerances.get(variant.precision)
     field = f"tolerances.{variant.precision.value}"
@@ -173,11 +173,15 @@ def verify_variant(
     if unknown:
         raise SpecError(f"outputs {unknown} are not outputs of the model", model=model.name, field=field)
     sess = open_variant(variant, onnx_path, model, knobs)
-    candidate = run_model(sess, model, inputs, label=f"verify {model.name} {variant.name}")
-    metrics, failures = compare(reference, candidate, tolerance, model.outputs)
-    failures = [f"{variant.name}: {f}" for f in failures]
     drift = batch_drift(sess, model, inputs)
     alone = drift is not None and drift > BATCH_INVARIANCE
+    label = f"verify {model.name} {variant.name}"
+    if alone:  # served row by row (a batched model without states: batch_drift measured it)
+        candidate = run_session(sess, inputs, batch_size=1, label=label)
+    else:
+        candidate = run_model(sess, model, inputs, label=label)
+    metrics, failures = compare(reference, candidate, tolerance, model.outputs)
+    failures = [f"{variant.name}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs, batch=1 if alone else None)
     return VerificationReport(variant, not failures, metrics, failures, ms, sess.computed_in, drift)
 
@@ -192,9 +196,11 @@ def time_variant(
 
 
 def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
-    """How far a request's outputs move between running alone and running inside a batch of other
-    samples (first and last place of the batch): the largest difference relative to the row's
+    """How far a row's outputs move between running alone and running inside one run with other
+    samples (first and last place of the run): the largest difference relative to the row's
     largest value. None where Triton never batches the model (no batch axis, a stateful model).
+    A run of several rows is what one request of several rows is, and what Triton's batcher makes
+    of several requests: where the row moves, the served model runs every row alone.
 
     Mates have the request's own shape: Triton's batcher and the onnx_runner batch only requests of
     the same shape, so no request is ever padded to a longer mate's length."""

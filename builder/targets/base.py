@@ -27,7 +27,7 @@ from builder.configs import (
 )
 from builder.errors import SpecError, VerificationError
 from builder.python_models.shared.runtimes import Knobs
-from builder.records import EngineSummary, LLMBuild, ModelBuild
+from builder.records import BATCH_INVARIANCE, EngineSummary, LLMBuild, ModelBuild, VerificationReport
 from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, PythonModelSpec, Variant
 
 
@@ -81,6 +81,10 @@ class Target(ABC):
     builds_engines: bool = False  # TensorRT plans are built for it (where TensorRT and a GPU exist)
     default_instance_kind: InstanceKind = InstanceKind.CPU
     implicit_state: bool = True  # its backends keep a stateful model's states (Triton's implicit state)
+    # Its core model can run each row of a request on its own (the local target's onnx_runner): a
+    # variant whose answer for a row moves with the rows beside it is served so; elsewhere it is not
+    # served at all (refusals).
+    runs_rows_alone: bool = False
     Options: ClassVar[type[TargetOptions]] = TargetOptions  # what ``targets.<name>`` takes
 
     def options(self, model: ModelSpec | PythonModelSpec, spec_file: Path | None = None) -> TargetOptions:
@@ -118,7 +122,8 @@ class Target(ABC):
         self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
     ) -> ModelConfig:
         """The config of one served variant of a core model (also what the tuner rewrites);
-        ``alone``: the variant's answer moves with its batch mates, so no request shares its run."""
+        ``alone``: the variant's answer for a row moves with the rows beside it, so every row runs
+        on its own (only where ``runs_rows_alone``)."""
 
     def serves(self, variant: Variant) -> bool:
         """Whether this target's server can run ``variant`` (its runtime, at its precision)."""
@@ -128,11 +133,28 @@ class Target(ABC):
         """Model name -> variant: the served one under the spec's name, every other that passed
         verification and that this target publishes beside it as ``<model>_<variant>``."""
         assert build.served is not None
+        refused = self.refusals(build)
         names = {build.spec.name: build.served}
         names.update(
-            {f"{build.spec.name}_{v.name}": v for v in build.passed if v != build.served and self.beside(v)}
+            {
+                f"{build.spec.name}_{v.name}": v
+                for v in build.passed
+                if v != build.served and self.beside(v) and v not in refused
+            }
         )
         return names
+
+    def refusals(self, build: ModelBuild) -> dict[Variant, str]:
+        """The verified variants this target's server runs but that it neither serves nor
+        publishes, each with why: a variant whose answer for a row moves with the rows beside it
+        (ONNX Runtime's dynamic INT8) where the core model cannot run each row on its own."""
+        if self.runs_rows_alone:
+            return {}
+        return {
+            v: rows_move(build.reports[v], self.name)
+            for v in build.passed
+            if self.serves(v) and not build.reports[v].batch_invariant
+        }
 
     def beside(self, variant: Variant) -> bool:
         """Whether a verified variant that is not served is published beside the served one."""
@@ -190,7 +212,8 @@ class Target(ABC):
         return fastest
 
     def candidates(self, build: ModelBuild) -> list[Variant]:
-        return [v for v in build.passed if self._allowed(build.spec, v)]
+        refused = self.refusals(build)
+        return [v for v in build.passed if self._allowed(build.spec, v) and v not in refused]
 
     def _allowed(self, model: ModelSpec, variant: Variant) -> bool:
         """Whether this target serves ``variant`` and the spec lets it (its precisions for the
@@ -207,6 +230,9 @@ class Target(ABC):
         failures = [
             f for v, report in build.reports.items() if self._allowed(build.spec, v) for f in report.failures
         ]
+        failures += [
+            f"{v.name}: {why}" for v, why in self.refusals(build).items() if self._allowed(build.spec, v)
+        ]
         return VerificationError(
             f"no variant named for target '{self.name}' passed verification: "
             + ("; ".join(failures) or "none of them is made on this host"),
@@ -214,6 +240,15 @@ class Target(ABC):
             model=build.spec.name,
             field=f"targets.{self.name}.serve" if named else "serve.runtime",
         )
+
+
+def rows_move(report: VerificationReport, target: str) -> str:
+    """Why ``target`` does not serve a variant whose answer for a row moves with its mates."""
+    return (
+        f"its answer for a row moves with the rows beside it ({report.batch_max_diff:.1e} of the row's "
+        f"largest value, over {BATCH_INVARIANCE:g}) and the {target} target's backend runs a request's "
+        "rows together"
+    )
 
 
 def unknown_targets(model: ModelSpec | PythonModelSpec, known: list[str], spec_file: Path) -> None:

@@ -61,10 +61,8 @@ class CpuTarget(Target):
             cfg.backend = backend.backend
         if backend.parameters:
             set_parameters(cfg, backend.parameters)
-        if alone:  # Triton's batcher off: each request runs on its own
-            model = model.model_copy(
-                update={"batching": model.batching.model_copy(update={"enabled": False})}
-            )
+        if alone:  # refused before (refusals): without a batcher, a request's rows still share a run
+            raise ValueError(f"the cpu target cannot run each row of {name} on its own")
         return self._serving(cfg, model, queue_policy=True)
 
 

@@ -111,7 +111,7 @@ class GpuTarget(Target):
     def _fallback(self, build: ModelBuild) -> ModelEntry:
         assert build.served is not None
         fp32 = Variant(Precision.FP32)
-        source = fp32 if fp32 in build.passed else build.served
+        source = fp32 if fp32 in build.passed and fp32 not in self.refusals(build) else build.served
         return ModelEntry(self.fallback_config(build.spec), {ONNX_FILE: build.variants[source]})
 
 

@@ -56,6 +56,7 @@ class LocalTarget(Target):
     name = "local"
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
     implicit_state = False  # the onnx_sequence model keeps the states per correlation id
+    runs_rows_alone = True  # the onnx_runner's run_alone
     Options = LocalOptions
 
     def local_options(self, model: ModelSpec | PythonModelSpec) -> LocalOptions:

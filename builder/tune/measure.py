@@ -45,7 +45,7 @@ def served_variant(repo: Path, name: str) -> Variant:
 
 
 def runs_alone(repo: Path, name: str) -> bool:
-    """Whether the served variant's answer moved with its batch mates (it runs each request alone)."""
+    """Whether the served variant's answer moved with its batch mates (it runs each row alone)."""
     entry = json.loads((repo / "manifest.json").read_text())["models"][name]
     report = VerificationReport.from_json(entry["verification"][entry["served"]])
     return not report.batch_invariant

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from builder.errors import SpecError
 from builder.failures import failure_line
 from builder.pipeline import build
-from builder.records import BuildOptions
+from builder.records import BATCH_INVARIANCE, BuildOptions
 from builder.spec import ONNXRUNTIME
 from tests.builder.fixtures import foreign_onnx as f
 from tests.builder.fixtures.variants import passed_on_onnxruntime
@@ -119,3 +119,68 @@ def test_a_graph_quantized_already_is_served_as_it_comes(tmp_path: Path) -> None
     for variant in ("fp16", "int8_dynamic"):
         (line,) = [x for x in lines if x.startswith(f"[done] variant {variant} not published: ")]
         assert "the graph is already quantized (" in line
+
+
+def test_a_graph_with_weight_only_int8_weights_is_served_as_it_comes(tmp_path: Path) -> None:
+    """A third-party INT8 MiniLM stores its MatMul weights as int8 initializers dequantized by Cast
+    and Mul: it is recognised (and not simplified, which would fold its weights into float ones),
+    neither halved nor quantized again, and the file serves as it is, answering as ONNX Runtime
+    does on the user's own file."""
+    import onnx
+    import onnxruntime as ort
+
+    f.save(f.weight_only_int8_graph(), tmp_path / "minilm_int8.onnx")
+    models = [{"name": "mini", "source": "minilm_int8.onnx", "precisions": ["fp32", "fp16", "int8_dynamic"]}]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
+    lines: list[str] = []
+    result = build(
+        BuildOptions(tmp_path / "models.yaml", tmp_path / "repo", target="local", log=lines.append)
+    )
+    (b,) = result.models
+    assert passed_on_onnxruntime(result) == {"mini": ["fp32"]} and b.served is not None
+    for variant in ("fp16", "int8_dynamic"):
+        (line,) = [x for x in lines if x.startswith(f"[mini] variant {variant} not published: ")]
+        assert "the graph is already quantized (2 int8 weights through Cast)" in line
+    manifest = json.loads((tmp_path / "repo" / "manifest.json").read_text())["models"]["mini"]
+    assert set(manifest["published"].values()) == {"fp32"}
+    published = tmp_path / "repo" / "mini" / "1" / "model.onnx"
+    kept = onnx.load(published).graph
+    assert {i.name for i in kept.initializer if i.data_type == onnx.TensorProto.INT8} == {
+        "layer.0.weight", "layer.1.weight",
+    }  # fmt: skip
+    rng = np.random.default_rng(3)
+    mask = np.ones((3, 7), np.int64)
+    mask[1, 4:] = 0
+    feed = {"input_ids": rng.integers(0, 100, (3, 7)).astype(np.int64), "attention_mask": mask}
+    own = ort.InferenceSession(str(tmp_path / "minilm_int8.onnx"), providers=["CPUExecutionProvider"])
+    served = ort.InferenceSession(str(published), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(served.run(None, feed)[0], own.run(None, feed)[0])
+
+
+def test_a_variant_whose_rows_move_runs_each_row_alone_on_local_and_is_refused_on_cpu(tmp_path: Path) -> None:
+    """ONNX Runtime's dynamic INT8 takes one scale for all the rows of a run: the local target
+    publishes it to run each row on its own; the cpu target's backend cannot, so it says why in a
+    line and in the manifest, and serves and publishes the variants whose rows do not move."""
+    f.save(f.slashed_names_graph(), tmp_path / "names.onnx")
+    models = [{"name": "names", "source": "names.onnx", "precisions": ["fp32", "int8_dynamic"]}]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
+    manifests, lines = {}, {}
+    for target in ("local", "cpu"):
+        said: list[str] = []
+        repo = tmp_path / f"repo_{target}"
+        build(BuildOptions(tmp_path / "models.yaml", repo, target=target, log=said.append))
+        manifests[target] = json.loads((repo / "manifest.json").read_text())["models"]["names"]
+        lines[target] = [
+            line for line in said if line.startswith("[names] variant int8_dynamic not published")
+        ]
+    local, cpu = manifests["local"], manifests["cpu"]
+    assert local["verification"]["int8_dynamic"]["batch_max_diff"] > BATCH_INVARIANCE
+    assert "int8_dynamic" in local["published"].values() and "not_published" not in local
+    alone = [name for name, v in local["published"].items() if v == "int8_dynamic"]
+    assert '"run_alone"' in (tmp_path / "repo_local" / alone[0] / "config.pbtxt").read_text()
+    assert not lines["local"]
+    why = cpu["not_published"]["int8_dynamic"]
+    assert why.startswith("its answer for a row moves with the rows beside it (")
+    assert why.endswith("and the cpu target's backend runs a request's rows together")
+    assert lines["cpu"] == [f"[names] variant int8_dynamic not published: {why}"]
+    assert cpu["published"] == {"names": "fp32"}

@@ -1,7 +1,8 @@
 """ONNX files written by other exporters, given as nothing but ``name`` and ``source`` (plus data for
 int8), build, serve on the real tritonserver and answer as ONNX Runtime does in process: an opset-11
 conv graph with a ``dim_value: -1`` batch, a rank-0 INT64 input, names with ``/`` and ``.``, a batch
-on axis 1, and onnxruntime's own mul_1.onnx (opset 7, fixed shape) as the package ships it."""
+on axis 1, onnxruntime's own mul_1.onnx (opset 7, fixed shape) as the package ships it, and a
+MiniLM-shaped encoder whose weights are int8 already (served as it comes, not quantized again)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def _project(tmp_path: Path) -> Path:
     f.save(f.scalar_input_graph(), tmp_path / "scalar.onnx")
     f.save(f.slashed_names_graph(), tmp_path / "names.onnx")
     f.save(f.batch_on_axis_1_graph(), tmp_path / "cell.onnx")
+    f.save(f.weight_only_int8_graph(), tmp_path / "minilm_int8.onnx")
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "cal.npz", x=rng.standard_normal((16, 3, 32, 32)).astype(np.float32))
     int8 = {"precisions": ["fp32", "int8"], "calibration": {"data": "cal.npz"}}
@@ -42,6 +44,7 @@ def _project(tmp_path: Path) -> Path:
         {"name": "names", "source": "names.onnx"},
         {"name": "cell", "source": "cell.onnx"},
         {"name": "mul_1", "source": MUL_1, "precisions": ["fp32", "fp16"]},
+        {"name": "int8w", "source": "minilm_int8.onnx", "precisions": ["fp32", "fp16", "int8_dynamic"]},
     ]  # fmt: skip
     (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}, sort_keys=False))
     return tmp_path
@@ -82,12 +85,18 @@ def test_foreign_graphs_build_from_name_and_source_and_serve_as_onnx_runtime_ans
     result = build(BuildOptions(project / "models.yaml", repo, target="local", log=lines.append))
     assert passed_on_onnxruntime(result) == {
         "conv11": ["fp32", "int8"], "scalar": ["fp32"], "names": ["fp32"], "cell": ["fp32"],
-        "mul_1": ["fp32", "fp16"],
+        "mul_1": ["fp32", "fp16"], "int8w": ["fp32"],
     }  # fmt: skip
     assert any("[conv11] variant int8: opset 11 converted to 13" in line for line in lines)
+    quantized = "the graph is already quantized (2 int8 weights through Cast)"
+    for variant in ("fp16", "int8_dynamic"):  # the int8 weights are served as they come
+        (line,) = [x for x in lines if x.startswith(f"[int8w] variant {variant} not published: ")]
+        assert quantized in line
     rng = np.random.default_rng(1)
     x_img = rng.standard_normal((2, 3, 24, 40)).astype(np.float32)  # not the profile's opt shape
     x_sig = rng.standard_normal((3, 16)).astype(np.float32)
+    ids, mask = rng.integers(0, 100, (3, 9)).astype(np.int64), np.ones((3, 9), np.int64)
+    mask[2, 5:] = 0
     feeds: dict[str, tuple[Path, Feed, list[str]]] = {
         "conv11": (project / "conv11.onnx", {"x": x_img}, ["save_infer_model/scale_0.tmp_1"]),
         "scalar": (project / "scalar.onnx", {"x": x_sig, "sr": np.array(8000, dtype=np.int64)}, ["y"]),
@@ -98,6 +107,7 @@ def test_foreign_graphs_build_from_name_and_source_and_serve_as_onnx_runtime_ans
             ["stateN"],
         ),
         "mul_1": (Path(MUL_1), {"X": x_sig[:3, :2].copy()}, ["Y"]),
+        "int8w": (project / "minilm_int8.onnx", {"input_ids": ids, "attention_mask": mask}, ["embedding"]),
     }
     with TritonServer(repo) as server:
         for model, (path, feed, outputs) in feeds.items():

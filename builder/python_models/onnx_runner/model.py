@@ -5,7 +5,9 @@ Triton's dynamic batcher hands ``execute`` a list of requests. They are run
 as few ONNX Runtime calls as possible: requests whose non-batch shapes agree
 are concatenated along the batch axis, run once, and the result is split
 back into per-request views. A failing group is retried request by request
-so that one bad request fails alone.
+so that one bad request fails alone. A variant whose answer for a row moves
+with the other rows of its run (``run_alone``: the verification measured it)
+runs every row on its own instead: each request alone, its rows one by one.
 
 With a bounded queue (parameters ``max_queue_size`` / ``queue_timeout_us``, written on the
 ``local`` target in place of Triton's queue policy) the model keeps a line of its own, where the
@@ -56,7 +58,6 @@ class TritonPythonModel:
         path = folder / params.get(ONNX_FILE_KEY, ONNX_FILE)
         self.session = open_served(path, params, config)
         self.runtime = params.get(RUNTIME, DEFAULT)
-        self._run = self.session.run
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.inputs = self.session.inputs
         self.outputs = [
@@ -64,9 +65,11 @@ class TritonPythonModel:
         ]
         self.output_names = [name for name, _ in self.outputs]
         self.line = BoundedLine.from_params(params, instances(config))
-        # A variant whose answer depends on its batch mates (ONNX Runtime's dynamic INT8) runs each
-        # request on its own: the line takes one at a time and no two share a run.
+        # A variant whose answer for a row depends on the other rows of its run (ONNX Runtime's
+        # dynamic INT8: one scale for all of them) runs each row on its own: no two requests share a
+        # run (the line takes one at a time), and a request's rows are run one by one.
         self.alone = params.get(RUN_ALONE, "") == "1"
+        self._run = self._run_rows if self.alone and self.batched else self.session.run
         self.batch_rows = max(1, int(config.get("max_batch_size", 0)))
         self.max_rows = 1 if self.alone else self.batch_rows
         batcher = config.get("dynamic_batching") or {}
@@ -224,6 +227,15 @@ class TritonPythonModel:
     def _split(outputs: list[NDArray[Any]], sizes: list[int]) -> list[list[NDArray[Any]]]:
         bounds = np.cumsum(sizes)[:-1]
         return [np.split(r, bounds) for r in outputs]
+
+    def _run_rows(self, names: list[str], feed: dict[str, NDArray[Any]]) -> list[NDArray[Any]]:
+        """Each row of ``feed`` run on its own and the outputs joined back in order: what a row gets
+        is what it gets alone, whichever rows share its request (a variant that runs alone)."""
+        rows = next(iter(feed.values())).shape[0] if feed else 1
+        if rows <= 1:
+            return list(self.session.run(names, feed))
+        runs = [self.session.run(names, {k: v[i : i + 1] for k, v in feed.items()}) for i in range(rows)]
+        return [np.concatenate(parts) for parts in zip(*runs, strict=True)]
 
     def _run_one(self, feed: dict[str, NDArray[Any]]) -> Result:
         try:

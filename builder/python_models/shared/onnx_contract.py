@@ -18,7 +18,8 @@ ONNX_FILE = "model.onnx"  # the variant's graph, and the model's default for ONN
 ONNX_FILE_KEY = "onnx_file"  # the graph's file name in the version folder
 # The runtime's own parameters (runtime, precision, threads and each runtime's knobs) are its
 # module's, in the ``runtimes`` package both models link to (shared/runtimes/).
-RUN_ALONE = "run_alone"  # "1": each request runs on its own (its answer would move with batch mates)
+# "1": every row of every request runs on its own (its answer would move with the rows beside it)
+RUN_ALONE = "run_alone"
 SEQUENCE_STATE = "sequence_state"  # onnx_sequence: its states, a JSON list of StateEntry
 # onnx_runner's own bound on its queue, where Triton's queue policy is left out:
 MAX_QUEUE_SIZE = "max_queue_size"  # the model's share over its instances; "0": unbounded

@@ -10,7 +10,6 @@ import yaml
 from builder.errors import SpecError
 from builder.records import ModelBuild, VerificationReport
 from builder.spec import ModelSpec, Precision, Variant, load_spec
-from builder.targets import get
 
 FP32, BF16, INT8 = Precision.FP32, Precision.BF16, Precision.INT8
 OV = "openvino"
@@ -73,17 +72,3 @@ def built(spec: ModelSpec, timings: dict[Variant, float | None], moved: float | 
         b.reports[variant] = VerificationReport(variant, ms is not None, {}, [] if ms else ["off"], ms,
                                                 batch_max_diff=moved)  # fmt: skip
     return b
-
-
-def test_a_variant_whose_answer_moves_runs_each_request_alone(tmp_path: Path) -> None:
-    spec = loaded(tmp_path, precisions=["fp32"], runtimes=["onnxruntime"])
-    b = built(spec, {Variant(FP32): 1.0}, moved=0.05)
-    b.served = Variant(FP32)
-    ((_, _, local),) = get("local").core_entries(b)
-    assert local.parameters["run_alone"].string_value == "1" and local.HasField("dynamic_batching")
-    ((_, _, cpu),) = get("cpu").core_entries(b)
-    assert not cpu.HasField("dynamic_batching")
-    steady = built(spec, {Variant(FP32): 1.0}, moved=1e-7)
-    steady.served = Variant(FP32)
-    ((_, _, local),) = get("local").core_entries(steady)
-    assert "run_alone" not in local.parameters

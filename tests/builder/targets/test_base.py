@@ -3,12 +3,13 @@ checked before any stage; the fastest allowed variant served; a named precision 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from builder.errors import SpecError, VerificationError
-from builder.spec import Variant
+from builder.spec import Precision, Variant
 from builder.targets import get
 from builder.targets.base import TargetOptions, unknown_targets
 from tests.builder.targets.builds import BF16, FP32, OV, built, loaded
@@ -59,3 +60,40 @@ def test_a_pinned_runtime_serves_its_fastest_on_every_target(tmp_path: Path) -> 
     onnx_only = built(loaded(tmp_path, serve={"runtime": "onnxruntime"}), timings)
     for name in ("local", "cpu", "gpu"):
         assert get(name).choose_served(onnx_only, tmp_path / "models.yaml") == Variant(FP32), name
+
+
+def test_a_variant_whose_rows_move_runs_each_row_alone_on_local_and_is_refused_on_cpu(tmp_path: Path) -> None:
+    """ONNX Runtime's dynamic INT8 takes one scale for all the rows of a run: the local target's
+    onnx_runner runs each of its rows alone; the container's onnxruntime backend runs a request's
+    rows together whatever its batcher does, so the cpu target neither serves nor publishes it."""
+    dyn = Variant(Precision.INT8_DYNAMIC)
+    spec = loaded(tmp_path, precisions=["fp32", "int8_dynamic"], runtimes=["onnxruntime"],
+                  tolerances={"fp32": {"min_cosine": 0.99}, "int8_dynamic": {"min_cosine": 0.9}})  # fmt: skip
+    b = built(spec, {Variant(FP32): 2.0, dyn: 1.0}, moved=1e-7)
+    b.reports[dyn] = replace(b.reports[dyn], batch_max_diff=0.014)
+    spec_file = tmp_path / "models.yaml"
+    local = get("local")
+    assert local.refusals(b) == {} and local.choose_served(b, spec_file) == dyn
+    b.served = dyn
+    configs = {name: cfg for name, _, cfg in local.core_entries(b)}
+    assert set(configs) == {"m", "m_fp32"}
+    assert configs["m"].parameters["run_alone"].string_value == "1" and configs["m"].HasField(
+        "dynamic_batching"
+    )
+    assert "run_alone" not in configs["m_fp32"].parameters
+    cpu = get("cpu")
+    assert cpu.refusals(b) == {
+        dyn: "its answer for a row moves with the rows beside it (1.4e-02 of the row's largest value, over "
+        "0.0001) and the cpu target's backend runs a request's rows together"
+    }
+    assert cpu.choose_served(b, spec_file) == Variant(FP32)
+    b.served = Variant(FP32)
+    assert cpu.published(b) == {"m": Variant(FP32)}
+    ((_, _, config),) = cpu.core_entries(b)
+    assert config.HasField("dynamic_batching")
+    assert get("gpu").refusals(b) == {} and get("gpu").choose_served(b, spec_file) == Variant(FP32)
+    alone = loaded(tmp_path, precisions=["int8_dynamic"], runtimes=["onnxruntime"],
+                   tolerances={"int8_dynamic": {"min_cosine": 0.9}})  # fmt: skip
+    only = built(alone, {dyn: 1.0}, moved=0.014)
+    with pytest.raises(VerificationError, match="runs a request's rows together"):
+        cpu.choose_served(only, spec_file)

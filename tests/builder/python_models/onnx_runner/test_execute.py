@@ -72,11 +72,21 @@ def runner() -> Iterator[Any]:
         yield module
 
 
+DOUBLE = [helper.make_node("Add", ["X", "X"], ["Y"])]
+# Y = X / max|X| over the whole run: a row's answer moves with the rows beside it, as ONNX Runtime's
+# dynamic INT8 (one scale for the run) does.
+SCALED = [
+    helper.make_node("Abs", ["X"], ["A"]),
+    helper.make_node("ReduceMax", ["A"], ["M"], keepdims=1),
+    helper.make_node("Div", ["X", "M"], ["Y"]),
+]
+
+
 def _model(tmp_path: Path, runner: Any, max_batch_size: int = 8, preferred: tuple[int, ...] = (),
-           **params: str) -> Any:  # fmt: skip
-    """Y = X * 2 on [batch, 4], served as the local target writes it."""
+           nodes: list[onnx.NodeProto] = DOUBLE, **params: str) -> Any:  # fmt: skip
+    """Y = X * 2 (or ``nodes``) on [batch, 4], served as the local target writes it."""
     graph = helper.make_graph(
-        [helper.make_node("Add", ["X", "X"], ["Y"])], "double",
+        nodes, "double",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])],
     )  # fmt: skip
@@ -114,6 +124,70 @@ def test_requests_handed_over_together_are_run_once_and_split_back(runner: Any, 
     assert runs == [(6, 4)]
     for response, x in zip(responses, [_x(1), _x(2, 100), _x(3, 200)], strict=True):
         np.testing.assert_array_equal(response.output_tensors[0].array, x * 2)
+
+
+def _scaled(x: np.ndarray) -> np.ndarray:
+    """Each row as the SCALED graph answers it alone."""
+    return x / np.abs(x).max(axis=1, keepdims=True)
+
+
+def _counting_runs(model: Any) -> list[tuple[int, ...]]:
+    """The shape of X in each run of the model's session from now on."""
+    runs: list[tuple[int, ...]] = []
+    run = model.session.run
+
+    def counted(names: list[str], feed: dict[str, np.ndarray]) -> Any:
+        runs.append(feed["X"].shape)
+        return run(names, feed)
+
+    if model._run == run:  # the fast path calls the session's run itself
+        model._run = counted
+    model.session = types.SimpleNamespace(run=counted, inputs=model.inputs)
+    return runs
+
+
+def test_a_variant_that_runs_alone_runs_each_row_of_a_request_on_its_own(runner: Any, tmp_path: Path) -> None:
+    """A request of several rows gets for each row what the row gets alone, not what the run of
+    them all gives it (which moves with its mates)."""
+    model = _model(tmp_path, runner, nodes=SCALED, run_alone="1")
+    runs = _counting_runs(model)
+    x = np.array([[1, 2, 3, 4], [10, 20, 30, 40], [0.5, -1, 0, 0]], np.float32)
+    (response,) = model.execute([Request(x)])
+    assert runs == [(1, 4), (1, 4), (1, 4)]
+    np.testing.assert_array_equal(response.output_tensors[0].array, _scaled(x))
+    assert not np.allclose(response.output_tensors[0].array, x / 40)  # what one run of all three gives
+
+
+def test_requests_of_a_variant_that_runs_alone_share_no_run(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner, nodes=SCALED, run_alone="1")
+    runs = _counting_runs(model)
+    xs = [_x(2, 1), _x(1, 100), _x(3, -50)]
+    responses = model.execute([Request(x) for x in xs])
+    assert runs == [(1, 4)] * 6
+    for response, x in zip(responses, xs, strict=True):
+        np.testing.assert_array_equal(response.output_tensors[0].array, _scaled(x))
+
+
+def test_the_line_of_a_variant_that_runs_alone_runs_each_row_on_its_own(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner, nodes=SCALED, run_alone="1", max_queue_size="16")
+    runs = _counting_runs(model)
+    model.line.rows_ahead = 1  # as while the worker runs a batch: the requests go to the line
+    requests = [Request(_x(3, 1)), Request(_x(2, -7))]
+    assert model.execute(requests) is None
+    for request in requests:
+        answer = request.sender.sent.get(timeout=10)
+        np.testing.assert_array_equal(answer.output_tensors[0].array, _scaled(request.x))
+    model.finalize()
+    assert runs == [(1, 4)] * 5
+
+
+def test_a_batch_invariant_variant_keeps_one_run_for_its_rows(runner: Any, tmp_path: Path) -> None:
+    model = _model(tmp_path, runner, nodes=SCALED)
+    runs = _counting_runs(model)
+    x = _x(3, 1)
+    (response,) = model.execute([Request(x)])
+    assert runs == [(3, 4)]
+    np.testing.assert_array_equal(response.output_tensors[0].array, x / np.abs(x).max())
 
 
 def test_a_bad_lone_request_fails_alone(runner: Any, tmp_path: Path) -> None:
