@@ -43,6 +43,7 @@ from builder.stages.int8 import TABLE as CALIBRATION_TABLE
 from builder.stages.int8_dynamic import INT8_DYNAMIC
 from builder.stages.int8_ranges import INT8_RANGES
 from builder.stages.reference import REFERENCE
+from builder.stages.size import Size
 from builder.stages.verify import Verify
 from builder.targets import TARGETS, Target, resolve
 from builder.targets.base import unknown_targets
@@ -104,6 +105,10 @@ def _served(b: ModelBuild, target: Target, ctx: BuildContext) -> ModelBuild:
     for variant, why in target.refusals(b).items():  # verified, but the target cannot serve it right
         ctx.log(f"[{b.spec.name}] variant {variant.name} not published: {why}")
     b.served = target.choose_served(b, ctx.spec_file)
+    if b.served in b.sizings:
+        point = b.sizings[b.served].chosen
+        ctx.log(f"[{b.spec.name}] serves {b.served.name} at {point.sizing.label}: {point.c1_ms:.2f} ms "
+                f"a lone request, {point.c8_rows_per_s:.0f} rows/s at concurrency 8")  # fmt: skip
     return b
 
 
@@ -177,7 +182,28 @@ def build_model(model: ModelSpec, ctx: BuildContext, target: Target) -> ModelBui
         out.stages.append(result)
         out.reports[variant] = Verify.report(result.info)
     _report_failures(out, ctx)
+    if target.sizes and model.sequence is None:
+        _size(job, out, target)
     return out
+
+
+def _size(job: ModelJob, out: ModelBuild, target: Target) -> None:
+    """The race's finalists sized on this host (``size-<variant>``); one the host cannot size is
+    served at the spec's sizing, saying why."""
+    log, name = job.ctx.log, job.model.name
+    for variant in target.finalists(out):
+        sizings, allowed = target.sizings(job.model, variant)
+        alone = not out.reports[variant].batch_invariant
+        try:
+            result = run_stage(job, Size(variant, out.variants[variant], sizings, allowed, alone=alone))
+        except ModelRefused as exc:
+            log(f"[{name}] {variant.name} not sized: {reason(exc)}")
+            continue
+        out.stages.append(result)
+        out.sizings[variant] = Size.report(variant, result.info)
+        note = out.sizings[variant].pinned_note()
+        if note:
+            log(f"[{name}] {note}")
 
 
 def _run_user(job: ModelJob, stage: Stage) -> StageResult:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from builder.cache import StageCache, StageResult
 from builder.errors import UserError
+from builder.python_models.shared.runtimes import Knobs, Sizing
 from builder.spec import ONNXRUNTIME, ModelSpec, Precision, Spec, Variant
 from builder.spec.llm import LLMDType, LLMSpec
 
@@ -161,6 +162,76 @@ class EngineSummary:
     skipped: str | None = None  # why no plan was built here (no TensorRT, no GPU)
 
 
+@dataclass(frozen=True)
+class SizedPoint:
+    """One sizing of a variant, measured in process as its target serves it: a lone request's
+    latency (concurrency 1) and the rows per second ``CONCURRENCY`` callers get (concurrency 8)."""
+
+    sizing: Sizing
+    c1_ms: float
+    c8_rows_per_s: float
+    allowed: bool = True  # the spec's pins (instances.count, serve.threads) allow it
+
+    def score(self, best_c1_ms: float, best_rows_per_s: float) -> float:
+        """How close to the best of both it comes, 1 at best: the product of its latency's and its
+        throughput's share of the best among those compared."""
+        return (best_c1_ms / self.c1_ms) * (self.c8_rows_per_s / best_rows_per_s)
+
+    def to_json(self) -> dict[str, object]:
+        sizing = {"instances": self.sizing.instances, **asdict(self.sizing.knobs)}
+        return {
+            "sizing": sizing,
+            "c1_ms": self.c1_ms,
+            "c8_rows_per_s": self.c8_rows_per_s,
+            "allowed": self.allowed,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> SizedPoint:
+        knobs = dict(raw["sizing"])
+        sizing = Sizing(int(knobs.pop("instances")), Knobs(**knobs))
+        return cls(sizing, float(raw["c1_ms"]), float(raw["c8_rows_per_s"]), bool(raw["allowed"]))
+
+
+def best_of(points: list[SizedPoint]) -> SizedPoint:
+    """The point whose latency and throughput together come closest to the best of each."""
+    best_c1, best_rows = min(p.c1_ms for p in points), max(p.c8_rows_per_s for p in points)
+    return max(points, key=lambda p: p.score(best_c1, best_rows))
+
+
+@dataclass(frozen=True)
+class SizingReport:
+    """A variant's sizings as measured on the building host, and the one it is served at: the best
+    that the spec's pins allow."""
+
+    variant: Variant
+    points: list[SizedPoint]
+
+    @property
+    def chosen(self) -> SizedPoint:
+        return best_of([p for p in self.points if p.allowed] or self.points)
+
+    def pinned_note(self) -> str:
+        """Where the spec's pins keep a clearly better sizing out (10 % or more by the score), one
+        line saying so; else ``""``."""
+        best, chosen = best_of(self.points), self.chosen
+        c1, rows = min(p.c1_ms for p in self.points), max(p.c8_rows_per_s for p in self.points)
+        if best == chosen or chosen.score(c1, rows) >= 0.9 * best.score(c1, rows):
+            return ""
+        return (
+            f"{self.variant.name} served at {chosen.sizing.label} as the spec pins it "
+            f"({chosen.c1_ms:.2f} ms, {chosen.c8_rows_per_s:.0f} rows/s); measured best here: "
+            f"{best.sizing.label} ({best.c1_ms:.2f} ms, {best.c8_rows_per_s:.0f} rows/s)"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {"points": [p.to_json() for p in self.points], "chosen": self.chosen.sizing.label}
+
+    @classmethod
+    def from_json(cls, variant: Variant, raw: dict[str, Any]) -> SizingReport:
+        return cls(variant, [SizedPoint.from_json(p) for p in raw["points"]])
+
+
 @dataclass
 class ModelBuild:
     """What the stages produced for one core model."""
@@ -172,6 +243,7 @@ class ModelBuild:
     calibration_table: Path | None = None
     reference_dir: Path | None = None  # evaluation inputs and the source model's outputs
     served: Variant | None = None
+    sizings: dict[Variant, SizingReport] = field(default_factory=dict)  # the race's finalists, sized
 
     @property
     def passed(self) -> list[Variant]:
@@ -186,6 +258,16 @@ class ModelBuild:
         return sum(s.seconds for s in self.stages if not s.skipped)
 
     def fastest(self, among: list[Variant]) -> Variant | None:
+        """The variant of ``among`` that serves best: where some were sized, the one whose chosen
+        sizing comes closest to the best latency and throughput among them (``best_of``); else the
+        least measured in-process time per sample."""
+        sized = [(self.sizings[v].chosen, v) for v in among if v in self.sizings]
+        if sized:
+            best = best_of([point for point, _ in sized])
+            return next(v for point, v in sized if point is best)
+        return self.by_time(among)
+
+    def by_time(self, among: list[Variant]) -> Variant | None:
         """The variant of ``among`` with the least measured in-process time per sample."""
         timed = [v for v in among if self.reports[v].ms_per_sample is not None]
         return min(timed, key=lambda v: self.reports[v].ms_per_sample or 0.0, default=None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from builder.factories import import_factory
 from builder.failures import environment_fault
 from builder.publish import clean_leftovers, publish, staging_dir
 from builder.python_models import PACKAGES, model_sources
+from builder.python_models.shared.runtimes import Sizing
 from builder.records import BuildContext, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import FACTORY_PATTERN, EnsembleSpec, PythonModelSpec, Spec, TensorSpec
 from builder.stages.code import code_fingerprint
@@ -198,12 +199,20 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
         "published": {e.name: e.variant.name for e in entries if e.variant is not None},
         "stages": _stages(b.stages),
         "verification": {v.name: report.to_json() for v, report in b.reports.items()},
+        # The race's finalists as sized here, and the sizing the served variant runs at.
+        "sizing": {v.name: report.to_json() for v, report in b.sizings.items()},
+        "served_at": sizing_json(r.target.sizing_of(b, b.served)),
         "artifacts": artifacts,
     }
     refused = r.target.refusals(b)
     if refused:  # verified, but this target's server cannot serve them as verified
         out["not_published"] = {v.name: why for v, why in refused.items()}
     return out
+
+
+def sizing_json(sizing: Sizing) -> Json:
+    """A sizing as the manifest records it: its instances and each one's knobs."""
+    return {"instances": sizing.instances, **{k: v for k, v in asdict(sizing.knobs).items() if v is not None}}
 
 
 def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:

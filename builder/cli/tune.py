@@ -7,6 +7,7 @@ writes a report and a models.yaml patch (applied with --apply).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -74,6 +75,7 @@ class TuneOutcome:
     variant: str
     confirm: dict[str, object] | None
     seconds: float
+    default: Candidate  # where the search started: the spec's config at the build's sizing
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,25 +131,38 @@ def execute(plan: TunePlan, args: argparse.Namespace) -> TuneOutcome:
         with Bench(plan.spec, plan.spec_file, plan.model, work, plan.settings, log=stderr_line) as bench:
             stderr_line(f"tune: {plan.model} ({bench.variant.name}) on {bench.server.http_url}, "
                         f"p99 <= {args.p99_ms:g} ms")  # fmt: skip
+            default = as_built(plan, bench.sized_instances)
             result = search(
-                plan.space, plan.default, bench.measure, args.p99_ms, limits=plan.limits,
+                plan.space, default, bench.measure, args.p99_ms, limits=plan.limits,
                 is_valid=lambda c: valid(plan.spec, plan.model, c), clock=time.monotonic,
             )  # fmt: skip
-            if not args.no_confirm and result.chosen.candidate != plan.default:
+            if not args.no_confirm and result.chosen.candidate != default:
                 stderr_line(
                     f"tune: side by side, default vs chosen ({plan.deadline - time.monotonic():.0f} s left)"
                 )
                 confirm = side_by_side(
-                    plan.default, result.chosen.candidate, bench.measure, args.p99_ms, plan.limits.concurrency
+                    default, result.chosen.candidate, bench.measure, args.p99_ms, plan.limits.concurrency
                 )
             variant = bench.variant.name
-    return TuneOutcome(result, variant, confirm, time.monotonic() - plan.started)
+    return TuneOutcome(result, variant, confirm, time.monotonic() - plan.started, default)
+
+
+def as_built(plan: TunePlan, sized_instances: int | None) -> Candidate:
+    """The search's start: the spec's config, at the instances the build sized the served variant
+    at where the spec pins none (the build measures in process at concurrency 1 and 8; tune then
+    measures the served batching on the real server)."""
+    pinned = "count" in plan.spec.model(plan.model).instances.model_fields_set
+    if sized_instances is None or pinned or sized_instances == plan.default.instances:
+        return plan.default
+    stderr_line(f"tune: starting from the build's sizing, {sized_instances} instance(s)")
+    return dataclasses.replace(plan.default, instances=sized_instances)
 
 
 def write_report(plan: TunePlan, outcome: TuneOutcome, args: argparse.Namespace) -> int:
     result, confirm = outcome.result, outcome.confirm
     chosen = result.chosen.candidate
     new_text, diff = patch(plan.spec_file, plan.model, chosen) if chosen != plan.default else (None, "")
+    default = outcome.default
     confirmed = confirm is None or _ratio(confirm, "throughput_ratio") > 1.0
     meta: dict[str, Any] = {
         "seconds": round(outcome.seconds, 1), "budget_minutes": args.budget_minutes, "cpus": plan.cpus,
@@ -160,7 +175,7 @@ def write_report(plan: TunePlan, outcome: TuneOutcome, args: argparse.Namespace)
         result, plan.model, args.out or Path("tune_results") / plan.model, confirm, diff, meta
     )
     print(report.table(result))
-    print(f"chosen: {chosen.label}   default: {plan.default.label}   ({outcome.seconds:.0f} s)")
+    print(f"chosen: {chosen.label}   default: {default.label}   ({outcome.seconds:.0f} s)")
     if confirm:
         print(f"side by side: throughput x{_ratio(confirm, 'throughput_ratio'):.2f}, "
               f"p99 x{_ratio(confirm, 'p99_ratio'):.2f} (chosen / default)")  # fmt: skip

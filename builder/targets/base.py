@@ -8,8 +8,9 @@ in ``builder/targets/__init__.py`` (see docs/targets.md).
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,7 +27,7 @@ from builder.configs import (
     set_warmup,
 )
 from builder.errors import SpecError, VerificationError
-from builder.python_models.shared.runtimes import Knobs
+from builder.python_models.shared.runtimes import Knobs, Sizing
 from builder.records import BATCH_INVARIANCE, EngineSummary, LLMBuild, ModelBuild, VerificationReport
 from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, PythonModelSpec, Variant
 
@@ -85,7 +86,11 @@ class Target(ABC):
     # variant whose answer for a row moves with the rows beside it is served so; elsewhere it is not
     # served at all (refusals).
     runs_rows_alone: bool = False
+    # Its served variants' instances and threads are measured here (builder/stages/size.py).
+    sizes: bool = False
     Options: ClassVar[type[TargetOptions]] = TargetOptions  # what ``targets.<name>`` takes
+    FINALISTS: ClassVar[int] = 3  # the race's variants sized, at most ...
+    FINALIST_RATIO: ClassVar[float] = 1.5  # ... of those within this factor of the fastest verified
 
     def options(self, model: ModelSpec | PythonModelSpec, spec_file: Path | None = None) -> TargetOptions:
         """The model's ``targets.<name>``, read by this target's ``Options``; a one-line SpecError
@@ -119,11 +124,13 @@ class Target(ABC):
 
     @abstractmethod
     def core_config(
-        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
-    ) -> ModelConfig:
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False,
+        sizing: Sizing | None = None,
+    ) -> ModelConfig:  # fmt: skip
         """The config of one served variant of a core model (also what the tuner rewrites);
         ``alone``: the variant's answer for a row moves with the rows beside it, so every row runs
-        on its own (only where ``runs_rows_alone``)."""
+        on its own (only where ``runs_rows_alone``); ``sizing``: its instances and knobs (None:
+        the spec's)."""
 
     def serves(self, variant: Variant) -> bool:
         """Whether this target's server can run ``variant`` (its runtime, at its precision)."""
@@ -160,17 +167,67 @@ class Target(ABC):
         """Whether a verified variant that is not served is published beside the served one."""
         return self.serves(variant)
 
+    def finalists(self, build: ModelBuild) -> list[Variant]:
+        """The candidates sized for the race: the fastest verified (in-process time at the spec's
+        sizing) and those within ``FINALIST_RATIO`` of it, at most ``FINALISTS``."""
+        timed = [v for v in self.candidates(build) if build.reports[v].ms_per_sample is not None]
+        timed.sort(key=lambda v: build.reports[v].ms_per_sample or 0.0)
+        if not timed:
+            return []
+        limit = (build.reports[timed[0]].ms_per_sample or 0.0) * self.FINALIST_RATIO
+        return [v for v in timed if (build.reports[v].ms_per_sample or 0.0) <= limit][: self.FINALISTS]
+
+    def sizings(self, model: ModelSpec, variant: Variant) -> tuple[list[Sizing], list[bool]]:
+        """Every sizing the variant's runtime proposes on this host, and which the spec's pins allow
+        (``instances.count`` and ``serve.threads`` where the spec sets them); the pinned sizing is
+        among them."""
+        cores, knobs = os.cpu_count() or 1, self.knobs(model)
+        pinned_count = model.instances.count if "count" in model.instances.model_fields_set else None
+        every = variant.cpu_runtime.sizings(cores, replace(knobs, threads=0))
+        pinned = Sizing(
+            pinned_count or 1, replace(knobs, threads=knobs.threads or max(1, cores // (pinned_count or 1)))
+        )
+        if pinned_count is not None or knobs.threads:
+            every = [s for s in every if s != pinned] + [pinned]
+        allowed = [
+            (pinned_count is None or s.instances == pinned_count)
+            and (not knobs.threads or s.knobs.threads == knobs.threads)
+            for s in every
+        ]
+        return every, allowed
+
+    def sizing_of(self, build: ModelBuild, variant: Variant) -> Sizing:
+        """The sizing ``variant`` is served at: the one measured best here where it was sized, else
+        the spec's (its instances, each with the target's knobs)."""
+        if variant in build.sizings:
+            return build.sizings[variant].chosen.sizing
+        return Sizing(build.spec.instances.count, self.knobs(build.spec))
+
     def core_entries(self, build: ModelBuild) -> list[tuple[str, Variant, ModelConfig]]:
         """Each published model's name, variant and config."""
         return [
-            (name, v, self.core_config(build.spec, name, v, alone=not build.reports[v].batch_invariant))
+            (
+                name,
+                v,
+                self.core_config(
+                    build.spec,
+                    name,
+                    v,
+                    alone=not build.reports[v].batch_invariant,
+                    sizing=self.sizing_of(build, v),
+                ),
+            )
             for name, v in self.published(build).items()
         ]
 
-    def _serving(self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool) -> ModelConfig:
-        """What every core config ends with: batching, instances and warm-up."""
+    def _serving(
+        self, cfg: ModelConfig, model: ModelSpec, *, queue_policy: bool, instances: int | None = None
+    ) -> ModelConfig:
+        """What every core config ends with: batching, instances (the spec's count where
+        ``instances`` is None) and warm-up."""
         self._scheduling(cfg, model, queue_policy=queue_policy)
-        set_instances(cfg, model.instances.count, self.instance_kind(model.instances.kind))
+        count = instances if instances is not None else model.instances.count
+        set_instances(cfg, count, self.instance_kind(model.instances.kind))
         set_warmup(cfg, model)
         return cfg
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.configs import ONNX_FILE, model_io_config, set_parameters
-from builder.python_models.shared.runtimes import ContainerBackend, Knobs
+from builder.python_models.shared.runtimes import ContainerBackend, Knobs, Sizing
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ModelSpec, Precision, Variant, as_variant
 from builder.targets.base import ModelEntry, Target
@@ -24,6 +24,7 @@ from builder.targets.vllm_python import vllm_python_entry
 class CpuTarget(Target):
     name = "cpu"
     description = "the official tritonserver container, ONNX Runtime on the CPU"
+    sizes = True  # its instances are threads of one process, as the sizing measures them
 
     def serves(self, variant: Variant) -> bool:
         backend = _backend(variant)
@@ -47,10 +48,12 @@ class CpuTarget(Target):
         return [vllm_python_entry(build)]
 
     def core_config(
-        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
-    ) -> ModelConfig:
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False,
+        sizing: Sizing | None = None,
+    ) -> ModelConfig:  # fmt: skip
         variant = as_variant(variant)
-        backend = variant.cpu_runtime.container(self.knobs(model), model.max_batch_size)
+        knobs = sizing.knobs if sizing is not None else self.knobs(model)
+        backend = variant.cpu_runtime.container(knobs, model.max_batch_size)
         if backend is None:
             raise ValueError(f"no container backend serves {variant.runtime}")
         cfg = model_io_config(model, name)
@@ -63,7 +66,7 @@ class CpuTarget(Target):
             set_parameters(cfg, backend.parameters)
         if alone:  # refused before (refusals): without a batcher, a request's rows still share a run
             raise ValueError(f"the cpu target cannot run each row of {name} on its own")
-        return self._serving(cfg, model, queue_policy=True)
+        return self._serving(cfg, model, queue_policy=True, instances=sizing.instances if sizing else None)
 
 
 def _backend(variant: Variant) -> ContainerBackend | None:

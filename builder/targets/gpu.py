@@ -14,6 +14,7 @@ from builder.configs import ONNX_FILE, model_io_config, set_instances, set_warmu
 from builder.engines.profiles import opt_batches, profile_shapes, triton_profiles
 from builder.errors import SpecError, VerificationError
 from builder.llm.gpu import gpu_config, gpu_engine_args, mounted_version
+from builder.python_models.shared.runtimes import Sizing
 from builder.records import GPU_PREFERENCE, EngineSummary, LLMBuild, ModelBuild
 from builder.spec import ONNXRUNTIME, InstanceKind, ModelSpec, Precision, Variant
 from builder.spec.engine import cc_model_filenames
@@ -72,9 +73,11 @@ class GpuTarget(Target):
         )
 
     def core_config(
-        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
-    ) -> ModelConfig:
-        """The TensorRT plan model (one plan per model: ``variant`` is the one it was built from)."""
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False,
+        sizing: Sizing | None = None,
+    ) -> ModelConfig:  # fmt: skip
+        """The TensorRT plan model (one plan per model: ``variant`` is the one it was built from;
+        the CPU's sizing does not apply to a GPU: the spec's instances)."""
         cfg = model_io_config(model, name)
         cfg.platform = "tensorrt_plan"
         cfg.default_model_filename = PLAN_FILE

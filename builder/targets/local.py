@@ -15,7 +15,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from builder.configs import ONNX_FILE, model_io_config, param_str, set_parameters
 from builder.python_models import model_sources, package
 from builder.python_models.shared import onnx_contract as runner
-from builder.python_models.shared.runtimes import DEFAULT, PRECISION, RUNTIME, Knobs
+from builder.python_models.shared.runtimes import DEFAULT, PRECISION, RUNTIME, Knobs, Sizing
 from builder.records import EngineSummary, LLMBuild, ModelBuild
 from builder.spec import (
     ONNXRUNTIME,
@@ -57,6 +57,7 @@ class LocalTarget(Target):
     description = "the pip-installed tritonserver (Python backend only); the default without TensorRT"
     implicit_state = False  # the onnx_sequence model keeps the states per correlation id
     runs_rows_alone = True  # the onnx_runner's run_alone
+    sizes = True
     Options = LocalOptions
 
     def local_options(self, model: ModelSpec | PythonModelSpec) -> LocalOptions:
@@ -90,14 +91,16 @@ class LocalTarget(Target):
         return [vllm_python_entry(build)]
 
     def core_config(
-        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False
-    ) -> ModelConfig:
+        self, model: ModelSpec, name: str, variant: Variant | Precision, *, alone: bool = False,
+        sizing: Sizing | None = None,
+    ) -> ModelConfig:  # fmt: skip
         variant = as_variant(variant)
         cfg = model_io_config(model, name)
         cfg.backend = "python"
         set_parameters(cfg, {runner.ONNX_FILE_KEY: ONNX_FILE, PRECISION: variant.precision.value})
-        # The runtime's own parameters: the very ones the build verified and timed it with.
-        set_parameters(cfg, variant.cpu_runtime.parameters(self.knobs(model)))
+        # The runtime's own parameters: the very ones the build verified, sized and timed it with.
+        knobs = sizing.knobs if sizing is not None else self.knobs(model)
+        set_parameters(cfg, variant.cpu_runtime.parameters(knobs))
         if variant.runtime != DEFAULT:
             set_parameters(cfg, {RUNTIME: variant.runtime})
         if alone:
@@ -108,7 +111,8 @@ class LocalTarget(Target):
         policy = self.writes_queue_policy(model)
         if not policy:
             set_parameters(cfg, local_queue_parameters(model.batching, model.max_batch_size))
-        return self._serving(cfg, model, queue_policy=policy)
+        instances = sizing.instances if sizing is not None else None
+        return self._serving(cfg, model, queue_policy=policy, instances=instances)
 
     def writes_queue_policy(self, model: ModelSpec | PythonModelSpec) -> bool:
         # tritonserver 2.51's batcher stalls up to 500 ms whenever a queue policy is set

@@ -44,6 +44,14 @@ def served_variant(repo: Path, name: str) -> Variant:
     return Variant.parse(manifest["models"][name]["served"])
 
 
+def served_instances(repo: Path, name: str) -> int | None:
+    """The instances the build sized the served variant at (the manifest's ``served_at``), or None
+    where it recorded none."""
+    served_at = json.loads((repo / "manifest.json").read_text())["models"][name].get("served_at") or {}
+    count = served_at.get("instances")
+    return int(count) if count is not None else None
+
+
 def runs_alone(repo: Path, name: str) -> bool:
     """Whether the served variant's answer moved with its batch mates (it runs each row alone)."""
     entry = json.loads((repo / "manifest.json").read_text())["models"][name]
@@ -78,6 +86,7 @@ class Bench:
         built = build_local(spec_file, work / "built", log=lambda _: None)
         self.variant = served_variant(built, name)
         self.alone = runs_alone(built, name)
+        self.sized_instances = served_instances(built, name)
         self.repo = work / "repo"
         self.repo.mkdir(parents=True, exist_ok=True)
         self.model_dir = scratch_copy(built, name, self.repo)

@@ -15,8 +15,10 @@ import pytest
 
 from builder.host import cpu_has_native_bf16, cpu_has_vnni
 from builder.pipeline import build
+from builder.python_models.shared.runtimes import Sizing
 from builder.records import BuildOptions, ModelBuild
 from builder.spec import ONNXRUNTIME, Precision, Variant
+from builder.targets import Target
 from tests.conftest import ROOT, test_cache_dir
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -48,9 +50,16 @@ def fastest_by_fixed_order(self: ModelBuild, among: list[Variant]) -> Variant | 
     return next((v for v in FIXED_ORDER if v in among), None)
 
 
+def the_specs_sizing(self: Target, build: ModelBuild, variant: Variant) -> Sizing:
+    """A served variant's instances and threads are measured on the building host too
+    (builder/stages/size.py); these configs take the spec's (tests/builder/targets cover the rest)."""
+    return Sizing(build.spec.instances.count, self.knobs(build.spec))
+
+
 @pytest.mark.parametrize("target", ["local", "cpu", "gpu"])
 def test_zoo_configs_match_golden(target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ModelBuild, "fastest", fastest_by_fixed_order)
+    monkeypatch.setattr(Target, "sizing_of", the_specs_sizing)
     repo = tmp_path / "model_repository"
     opts = BuildOptions(
         spec_file=ROOT / "models.yaml",

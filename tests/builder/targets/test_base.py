@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from builder.errors import SpecError, VerificationError
+from builder.python_models.shared.runtimes import Knobs, Sizing
+from builder.records import SizedPoint, SizingReport
 from builder.spec import Precision, Variant
-from builder.targets import get
+from builder.targets import base, get
 from builder.targets.base import TargetOptions, unknown_targets
-from tests.builder.targets.builds import BF16, FP32, OV, built, loaded
+from tests.builder.targets.builds import BF16, FP16, FP32, INT8, OV, built, loaded
 
 
 def test_serve_names_one_precision_or_several(tmp_path: Path) -> None:
@@ -97,3 +99,40 @@ def test_a_variant_whose_rows_move_runs_each_row_alone_on_local_and_is_refused_o
     only = built(alone, {dyn: 1.0}, moved=0.014)
     with pytest.raises(VerificationError, match="runs a request's rows together"):
         cpu.choose_served(only, spec_file)
+
+
+def test_the_finalists_are_the_fastest_verified_and_those_close_to_it(tmp_path: Path) -> None:
+    spec = loaded(tmp_path, precisions=["fp32", "fp16", "int8", "bf16"])
+    timings = {Variant(FP32): 2.0, Variant(FP16): 2.9, Variant(INT8): 4.0, Variant(BF16, OV): 1.0}
+    assert get("local").finalists(built(spec, timings)) == [Variant(BF16, OV)]  # the others: over 1.5x
+    close = {Variant(FP32): 1.2, Variant(FP16): 1.4, Variant(INT8): 1.1, Variant(BF16, OV): 1.0}
+    assert len(get("local").finalists(built(spec, close))) == 3  # at most FINALISTS
+
+
+def test_the_specs_pins_decide_which_sizings_may_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base.os, "cpu_count", lambda: 2)
+    free, allowed = get("local").sizings(loaded(tmp_path), Variant(FP32))
+    assert [s.label for s in free] == ["1 x 2 threads", "2 x 1 thread"] and all(allowed)
+    pinned, allowed = get("local").sizings(loaded(tmp_path, instances={"count": 2}), Variant(FP32))
+    assert [(s.label, a) for s, a in zip(pinned, allowed, strict=True)] == [
+        ("1 x 2 threads", False),
+        ("2 x 1 thread", True),
+    ]
+    threads, allowed = get("local").sizings(loaded(tmp_path, serve={"threads": 1}), Variant(FP32))
+    assert sorted(s.label for s, a in zip(threads, allowed, strict=True) if a) == [
+        "1 x 1 thread",
+        "2 x 1 thread",
+    ]
+
+
+def test_a_variant_is_served_at_its_chosen_sizing_else_the_specs(tmp_path: Path) -> None:
+    spec = loaded(tmp_path)
+    b = built(spec, {Variant(FP32): 1.0})
+    assert get("local").sizing_of(b, Variant(FP32)) == Sizing(1, Knobs())
+    chosen = Sizing(2, Knobs(threads=1))
+    b.sizings[Variant(FP32)] = SizingReport(Variant(FP32), [SizedPoint(chosen, 2.0, 900.0)])
+    b.served = Variant(FP32)
+    ((_, _, config),) = get("local").core_entries(b)
+    assert config.instance_group[0].count == 2 and config.parameters["intra_op_threads"].string_value == "1"

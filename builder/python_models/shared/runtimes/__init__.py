@@ -20,6 +20,7 @@ from .base import (
     Runs,
     RuntimeRefused,
     Session,
+    Sizing,
     instances,
 )
 from .onnxruntime import OnnxRuntime
@@ -36,6 +37,7 @@ __all__ = [
     "Runs",
     "RuntimeRefused",
     "Session",
+    "Sizing",
     "instances",
     "open_served",
     "runtime",

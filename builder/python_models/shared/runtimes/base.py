@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -71,12 +71,43 @@ class RuntimeRefused(Exception):
 
 @dataclass(frozen=True)
 class Knobs:
-    """The spec's serving knobs a runtime turns into its parameters: ``threads`` per session (0: the
-    machine's cores shared out among the instances) and, for ONNX Runtime, whether idle workers
-    spin (None: only where the instances leave a core free)."""
+    """The serving knobs a runtime turns into its parameters: ``threads`` per session (0: the
+    machine's cores shared out among the instances); for ONNX Runtime whether idle workers spin
+    (None: only where the instances leave a core free); for OpenVINO its performance hint and
+    streams (None: LATENCY, one stream)."""
 
     threads: int = 0
     spinning: bool | None = None
+    hint: str | None = None
+    streams: int | None = None
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a served variant runs: its instances (each a process of its own, one call at a time)
+    and each one's knobs."""
+
+    instances: int
+    knobs: Knobs
+
+    @property
+    def label(self) -> str:
+        """``2 x 1 thread``, ``1 x 2 threads THROUGHPUT/2``."""
+        threads = self.knobs.threads
+        text = f"{self.instances} x {threads} thread{'s' if threads != 1 else ''}"
+        if self.knobs.hint is not None:
+            text += f" {self.knobs.hint}/{self.knobs.streams or 1}"
+        return text
+
+
+def instance_counts(cores: int) -> list[int]:
+    """The instance counts worth measuring on ``cores``: 1, 2, 4, ... up to the cores (at most 8),
+    each instance taking an equal share of them."""
+    counts, n = [], 1
+    while n <= min(cores, 8):
+        counts.append(n)
+        n *= 2
+    return counts
 
 
 @dataclass(frozen=True)
@@ -131,6 +162,13 @@ class CpuRuntime(ABC):
     def container(self, knobs: Knobs, max_batch_size: int) -> ContainerBackend | None:
         """The container backend that serves this runtime, or None where none does."""
         return None
+
+    def sizings(self, cores: int, base: Knobs, instances: int | None = None) -> list[Sizing]:
+        """The sizings worth measuring on ``cores`` for this runtime: every instance count (or the
+        pinned ``instances``) with the cores shared out among them (or ``base.threads`` where the
+        spec pins it), ``base``'s other knobs kept."""
+        counts = [instances] if instances is not None else instance_counts(cores)
+        return [Sizing(n, replace(base, threads=base.threads or max(1, cores // n))) for n in counts]
 
 
 def threads(params: Mapping[str, str], instances: int) -> int:

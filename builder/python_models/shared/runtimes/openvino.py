@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,11 +26,14 @@ from .base import (
     Knobs,
     Runs,
     RuntimeRefused,
+    Sizing,
     first_line,
     threads,
 )
 
 CACHE = "openvino_cache"  # parameter: a folder in the model's folder for OpenVINO's compiled blobs
+HINT = "performance_hint"  # parameter: OpenVINO's PERFORMANCE_HINT (unset: LATENCY)
+STREAMS = "num_streams"  # parameter: OpenVINO's NUM_STREAMS (unset: 1)
 PINNING = "cpu_pinning"  # parameter: "1" pins each thread to a core (bench/cpu_runtimes.py); unset: not
 
 
@@ -62,7 +66,24 @@ class OpenVino(CpuRuntime):
     }  # fmt: skip
 
     def parameters(self, knobs: Knobs, *, served: bool = True) -> dict[str, str]:
-        return super().parameters(knobs, served=served) | ({CACHE: CACHE} if served else {})
+        params = super().parameters(knobs, served=served) | ({CACHE: CACHE} if served else {})
+        if knobs.hint is not None:
+            params[HINT] = knobs.hint
+        if knobs.streams is not None:
+            params[STREAMS] = str(knobs.streams)
+        return params
+
+    def sizings(self, cores: int, base: Knobs, instances: int | None = None) -> list[Sizing]:
+        """Beside the instance counts at the latency hint, one instance at the throughput hint with
+        a stream per core: OpenVINO's own way to share a machine (measured like the others: a
+        served instance runs one call at a time, which one stream then serves)."""
+        sized = super().sizings(cores, base, instances)
+        if cores > 1 and instances in (None, 1):
+            threads = base.threads or cores
+            sized.append(
+                Sizing(1, replace(base, threads=threads, hint="THROUGHPUT", streams=min(cores, threads)))
+            )
+        return sized
 
     def open(
         self, model: Path | bytes, precision: str, params: Mapping[str, str], *, instances: int = 1,
@@ -84,8 +105,8 @@ class OpenVino(CpuRuntime):
             core.set_property({"CACHE_DIR": str(cache)})
         config = {
             "INFERENCE_PRECISION_HINT": str(self.precisions[precision].computes),
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": "1",
+            "PERFORMANCE_HINT": params.get(HINT, "LATENCY"),
+            "NUM_STREAMS": params.get(STREAMS, "1"),
             "INFERENCE_NUM_THREADS": str(threads(params, instances)),
             "ENABLE_CPU_PINNING": "YES" if params.get(PINNING) == "1" else "NO",
         }
@@ -100,7 +121,11 @@ class OpenVino(CpuRuntime):
         backend refuses any other batch without it). Its only precision parameter is
         ``HINT_BF16`` (``YES``; nothing forces f32), so it serves bf16 alone, and under the
         model's name only where the spec pins OpenVINO: every run costs a full batch (targets.md)."""
-        params = {"HINT_BF16": "YES", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+        params = {
+            "HINT_BF16": "YES",
+            "PERFORMANCE_HINT": knobs.hint or "LATENCY",
+            "NUM_STREAMS": str(knobs.streams or 1),
+        }
         if max_batch_size > 0:
             params["ENABLE_BATCH_PADDING"] = "YES"
         if knobs.threads:
