@@ -57,8 +57,13 @@ FEEDS: dict[str, Callable[[int], dict[str, NDArray[Any]]]] = {
 }  # fmt: skip
 CONCURRENCY = (1, 8)
 RUNTIMES = ("onnxruntime", "openvino")
-TARGET_VS_IN_PROCESS = 0.85  # served / the fastest in-process runtime at concurrency 1
 TARGET_VS_ORT = {"resnet18": 3.0}  # served / ONNX-Runtime-served throughput; others: not slower
+# Served against the fastest verified runtime in process with every core (one session): at
+# concurrency 1 at most this much later (the Python backend's IPC and the gRPC copy of a request
+# cost about 1-1.5 ms here, FACTS.md), at concurrency 8 at least this share of its best batch.
+TARGET_C1_EXTRA_MS = 1.2
+TARGET_C8_SHARE = 0.7
+BATCHES = (1, 4, 8, 16, 32)  # the batch sizes the in-process best batch is taken over
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,34 @@ def in_process(
     return {"1": drive(sessions[:1], feed(1), seconds), "8": drive(sessions, feed(batch), seconds)}
 
 
+def at_every_core(
+    side: Published, feed: Callable[[int], dict[str, NDArray[Any]]], seconds: float, max_batch: int
+) -> dict[str, Any]:
+    """One session of the side's graph with every core (its runtime's parameters, threads set to
+    the cores): a lone request's latency in ms, and the most inferences per second over BATCHES."""
+    from builder.python_models.shared.runtimes import runtime
+    from builder.python_models.shared.runtimes.base import INTRA_OP_THREADS
+
+    config = side.config()
+    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()} | side.params
+    params[INTRA_OP_THREADS] = str(os.cpu_count() or 1)
+    session = runtime(side.runtime).open(side.onnx, params.get("precision", "fp32"), params)
+    rates = {b: drive([session], feed(b), seconds) for b in BATCHES if b <= max(max_batch, 1)}
+    best = max(rates, key=lambda b: rates[b])
+    measured = {"c1_ms": 1000 / rates[1], "best_batch": best, "best_rate": rates[best]}
+    return {
+        **side.record(),
+        "threads": os.cpu_count() or 1,
+        **measured,
+        "rates": {str(b): r for b, r in rates.items()},
+    }
+
+
+def served_at(repo: Path, model: str) -> dict[str, Any]:
+    """The sizing the build served the model at (the manifest's ``served_at``)."""
+    return dict(json.loads((repo / "manifest.json").read_text())["models"][model].get("served_at") or {})
+
+
 # ---------------------------------------------------------------- one model
 
 
@@ -209,7 +242,12 @@ def measure_model(repo: Path, model: str, spec: dict[str, Any], opts: Options) -
     ort = chosen["onnxruntime"] or served
     seconds = 1.0 if opts.quick else 2.0
     local = {r: p for r, p in chosen.items() if r in RUNTIMES and p is not None}
+    local["served"] = served  # the served variant at the served sizing, in process
     before = {r: in_process(p, FEEDS[model], seconds) for r, p in local.items()}
+    max_batch = int(spec.get("max_batch_size", 0))
+    every_core = {
+        r: at_every_core(p, FEEDS[model], seconds, max_batch) for r, p in local.items() if r != "served"
+    }
     loaded = sorted({served.name, ort.name})
     timings = WORK / f"{NAME}_timings" / model
     shutil.rmtree(timings, ignore_errors=True)
@@ -220,7 +258,25 @@ def measure_model(repo: Path, model: str, spec: dict[str, Any], opts: Options) -
     record = summarise(model, chosen, points, before, after)
     for key, side in (("served", served), ("ort_served", ort)):
         record[key]["runner_ms"] = runner_times(timings, side.name)
+    record["served"]["served_at"] = served_at(repo, model)
+    record["every_core"] = every_core
+    record["sized"] = sized(record)
     return record
+
+
+def sized(record: dict[str, Any]) -> dict[str, Any]:
+    """The served model at concurrency 1 and 8 against the same variant in process at the same
+    sizing (the difference is the serving path) and against the fastest verified runtime in
+    process with every core (the lowest lone-request latency among the runtimes' fastest)."""
+    served, same = record["served"]["points"], record["in_process"]["served"]["best"]
+    fastest = min(record["every_core"].values(), key=lambda side: side["c1_ms"])
+    c1_ms, same_ms = served["1"]["p50_ms"], 1000 / same["1"]
+    return {
+        "served_c1_ms": c1_ms, "same_sizing_c1_ms": same_ms, "serving_path_ms": c1_ms - same_ms,
+        "serving_path_share": (c1_ms - same_ms) / c1_ms, "fastest": fastest,
+        "c1_extra_ms": c1_ms - fastest["c1_ms"], "served_c8": served["8"]["throughput"],
+        "c8_share": served["8"]["throughput"] / fastest["best_rate"],
+    }  # fmt: skip
 
 
 def runner_times(folder: Path, model: str) -> dict[str, Any]:
@@ -259,7 +315,7 @@ def summarise(
     assert served is not None and ort is not None
     best = {r: {c: max(before[r][c], after[r][c]) for c in before[r]} for r in before}
     rate = {name: {c: p["throughput"] for c, p in s["points"].items()} for name, s in points.items()}
-    fastest = max(best, key=lambda r: best[r]["1"])
+    fastest = max((r for r in best if r != "served"), key=lambda r: best[r]["1"])
     return {
         "served": {**served.record(), **points[served.name]},
         "ort_served": {**ort.record(), **points[ort.name]},
@@ -313,19 +369,21 @@ def dims_of(model: str) -> dict[str, list[int]]:
 
 
 def rows_of(model: str, r: dict[str, Any]) -> list[Row]:
-    served, ort = r["served"], r["ort_served"]
-    fastest = r["in_process"][r["fastest_in_process_c1"]]
-    s1 = served["points"]["1"]["throughput"]
-    ratio = r["served_vs_fastest_in_process_c1"]
+    served, ort, s = r["served"], r["ort_served"], r["sized"]
+    fastest = s["fastest"]
     vs_ort = r["served_vs_ort_served_best"]
     target = TARGET_VS_ORT.get(model, 1.0)
     per_c = ", ".join(f"c{c} {x:.2f}x" for c, x in r["served_vs_ort_served"].items())
+    where = f"{fastest['runtime']} {fastest['variant']} at {fastest['threads']} threads"
     return [
-        Row(f"6. CPU runtimes: {model} served ({served['variant']}) / fastest in-process at c1",
-            f"{ratio:.2f} ({s1:.0f} / {fastest['best']['1']:.0f} inf/s in-process {fastest['runtime']} "
-            f"{fastest['variant']}, the larger of {fastest['before']['1']:.0f} before and "
-            f"{fastest['after']['1']:.0f} after){path_split(served)}", f">= {TARGET_VS_IN_PROCESS:.2f}",
-            ratio >= TARGET_VS_IN_PROCESS),
+        Row(f"6. CPU runtimes: {model} served ({served['variant']}) c1 p50, beyond the fastest in process",
+            f"+{s['c1_extra_ms']:.2f} ms ({s['served_c1_ms']:.2f} / {fastest['c1_ms']:.2f} ms, {where}; "
+            f"the serving path {s['serving_path_ms']:.2f} ms, {s['serving_path_share'] * 100:.0f} % of the "
+            f"served p50){path_split(served)}", f"<= +{TARGET_C1_EXTRA_MS} ms",
+            s["c1_extra_ms"] <= TARGET_C1_EXTRA_MS),
+        Row(f"6. CPU runtimes: {model} served c8 / the fastest in process at its best batch",
+            f"{s['c8_share']:.2f} ({s['served_c8']:.0f} / {fastest['best_rate']:.0f} inf/s at batch "
+            f"{fastest['best_batch']}, {where})", f">= {TARGET_C8_SHARE}", s["c8_share"] >= TARGET_C8_SHARE),
         Row(f"6. CPU runtimes: {model} served / ONNX-Runtime-served ({ort['variant']}) throughput",
             f"{vs_ort:.2f}x (best of c1, c8: {best_rate(served):.0f} / {best_rate(ort):.0f} inf/s; {per_c})",
             f">= {target:g}x", vs_ort >= target),

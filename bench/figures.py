@@ -465,6 +465,11 @@ RUNTIMES_HEAD = (
     "c1 / c8 | in-process OpenVINO c1 / c8 | served / fastest in-process, c1 | served / ORT-served |",
     "|---|---|---|---|---|---|---|---|",
 )
+SIZED_HEAD = (
+    "| model | served at | served c1 p50 | in process at its sizing, c1 | the serving path | fastest "
+    "in process with every core, c1 | beyond it | served c8 | its best batch | served / best |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+)
 LIMIT_HEAD = (
     "| model | served computes in | GFLOP per call | host peak for it | floor per call | served c1: "
     "GFLOP/s, of peak | served c8: GFLOP/s, of peak |",
@@ -502,6 +507,34 @@ def runtimes_table(models: Mapping[str, Any]) -> str:
 
 def _of_peak(lim: Mapping[str, Any], rate: float, c: str) -> str:
     return f"{rate * lim['flops_per_call'] / 1e9:.0f}, {lim['served_of_peak'][c] * 100:.1f} %"
+
+
+def _sizing(served_at: Mapping[str, Any]) -> str:
+    if not served_at:
+        return "not recorded"
+    threads = served_at.get("threads") or "all"
+    hint = f" {served_at['hint']}/{served_at.get('streams', 1)}" if served_at.get("hint") else ""
+    return f"{served_at['instances']} x {threads} threads{hint}"
+
+
+def sized_table(models: Mapping[str, Any]) -> str:
+    """bench.cpu_runtimes: the served model at c1 and c8 against the same variant in process at its
+    sizing (the serving path is the difference) and the fastest runtime in process with every core."""
+    lines = list(SIZED_HEAD)
+    for name, m in models.items():
+        s = m.get("sized")
+        if s is None:
+            lines.append(f"| {name} | not measured in this run |  |  |  |  |  |  |  |  |")
+            continue
+        f = s["fastest"]
+        lines.append(
+            f"| {name} | `{m['served']['variant']}` {_sizing(m['served'].get('served_at', {}))} | "
+            f"{s['served_c1_ms']:.2f} ms | {s['same_sizing_c1_ms']:.2f} ms | {s['serving_path_ms']:.2f} ms "
+            f"({s['serving_path_share'] * 100:.0f} %) | {f['c1_ms']:.2f} ms (`{f['variant']}`, "
+            f"{f['threads']} threads) | +{s['c1_extra_ms']:.2f} ms | {s['served_c8']:.0f}/s | "
+            f"{f['best_rate']:.0f}/s (batch {f['best_batch']}) | {s['c8_share']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def limit_table(models: Mapping[str, Any]) -> str:
@@ -564,6 +597,8 @@ def render_cpu_runtimes(results: Sequence[Result], results_dir: Path) -> str:
         text,
         "",
         runtimes_table(models),
+        "",
+        sized_table(models),
         "",
         limit_table(models),
         "",

@@ -166,6 +166,24 @@ def test_the_runtimes_block_shows_every_side_the_ratios_and_the_limit(tmp_path: 
         "| resnet18 | `m` | 2.50 | 2.50 (90 executes) | 2.00 / 9.00 / 2.40 | 2.22 (`int8_openvino`) |" in text
     )
     assert "| 6. CPU runtimes: resnet18 | 0.89 | >= 0.85 | yes |" in text
+    assert "| resnet18 | not measured in this run |" in text  # a record from before the sizing's rows
+
+
+def test_the_runtimes_block_shows_the_served_model_against_its_sizing_and_every_core(tmp_path: Path) -> None:
+    from bench.figures import Result, render_cpu_runtimes
+
+    record = runtimes_record()
+    model = record["results"]["models"]["resnet18"]
+    model["served"]["served_at"] = {"instances": 1, "threads": 2}
+    fastest = {"variant": "bf16_openvino", "threads": 2, "c1_ms": 1.88, "best_rate": 520.0, "best_batch": 16}
+    model["sized"] = {"served_c1_ms": 3.0, "same_sizing_c1_ms": 2.1, "serving_path_ms": 0.9,
+                      "serving_path_share": 0.3, "fastest": fastest, "c1_extra_ms": 1.12, "served_c8": 400.0,
+                      "c8_share": 400 / 520}  # fmt: skip
+    text = render_cpu_runtimes([Result("cpu_runtimes", record)], tmp_path)
+    assert (
+        "| resnet18 | `int8_openvino` 1 x 2 threads | 3.00 ms | 2.10 ms | 0.90 ms (30 %) | 1.88 ms "
+        "(`bf16_openvino`, 2 threads) | +1.12 ms | 400/s | 520/s (batch 16) | 0.77 |"
+    ) in text
 
 
 def test_a_benchmark_from_another_run_gets_its_own_header_in_the_run_table(tmp_path: Path) -> None:
