@@ -69,7 +69,9 @@ def test_changed_inputs_rerun_exactly_their_stages(
         "verify-fp32_openvino",
         "verify-int8_openvino",
     }
-    assert run(tiny_project) == {"reference"} | verifications
+    # The race's finalists are sized on the reference's inputs too (size-<variant>: measured, so
+    # which variants are finalists can change with the verification's own timing).
+    assert {s for s in run(tiny_project) if not s.startswith("size-")} == {"reference"} | verifications
 
     # New calibration data: INT8 (its calibration, its graph) and its verification on each runtime only.
     np.savez(tiny_project / "data" / "calib.npz", x=rng.normal(size=(64, 16)).astype(np.float32))
