@@ -1,0 +1,308 @@
+"""Object detection in numpy: a detector's raw outputs to boxes, scores and classes, and the
+letterbox that prepares a YOLO-style graph's input. The detectors' Python-backend models link to
+this one file; the builder's verification decodes every variant with it, so the boxes it checks
+are the boxes the server answers. It imports nothing of the project (numpy, and Pillow for the
+letterbox).
+
+Two kinds of head:
+
+* a DETR-family checkpoint's queries (``logits`` [Q, classes (+1)], ``pred_boxes`` [Q, 4] as
+  centre x, y, width, height relative to the image), read as its transformers image processor's
+  ``post_process_object_detection`` reads them: a softmax whose last class is "no object" (DETR,
+  YOLOS) or a sigmoid over every (query, class) pair with the best ``top_k`` kept (RT-DETR,
+  Conditional and Deformable DETR), then the pairs above the threshold;
+* a YOLO-style dense head ([4 + classes, anchors]: a box in the input's pixels and each class's
+  score per anchor), read by Ultralytics' published rules: the best class per anchor above the
+  threshold, at most ``MAX_NMS`` candidates, greedy non-maximum suppression per class (or across
+  classes), at most ``max_detections`` kept, best first; boxes mapped back through the letterbox to
+  the original image and clipped to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+MAX_NMS = 30000  # candidates handed to the suppression, best first (Ultralytics' max_nms)
+MAX_WH = 7680.0  # the offset that keeps classes apart in one class-aware suppression (Ultralytics')
+BOX_FORMATS = ("cxcywh", "xyxy", "xywh")
+QUERY_SCORES = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True)
+class Found:
+    """One image's detections: ``boxes`` [K, 4] (xmin, ymin, xmax, ymax), ``scores`` [K],
+    ``classes`` [K] (int64)."""
+
+    boxes: NDArray[np.float32]
+    scores: NDArray[np.float32]
+    classes: NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    def above(self, threshold: float) -> Found:
+        keep = self.scores > threshold
+        return Found(self.boxes[keep], self.scores[keep], self.classes[keep])
+
+
+def sigmoid(x: NDArray[Any]) -> NDArray[np.float32]:
+    x = np.asarray(x, dtype=np.float32)
+    return np.asarray(1.0 / (1.0 + np.exp(-x)), dtype=np.float32)
+
+
+def softmax(x: NDArray[Any]) -> NDArray[np.float32]:
+    x = np.asarray(x, dtype=np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return np.asarray(e / e.sum(axis=-1, keepdims=True), dtype=np.float32)
+
+
+def corners(boxes: NDArray[Any], box_format: str) -> NDArray[np.float32]:
+    """[..., 4] boxes in ``box_format`` as xmin, ymin, xmax, ymax."""
+    b = np.asarray(boxes, dtype=np.float32)
+    if box_format == "xyxy":
+        return b.copy()
+    if box_format == "cxcywh":
+        half = b[..., 2:4] / 2
+        return np.concatenate([b[..., 0:2] - half, b[..., 0:2] + half], axis=-1)
+    if box_format == "xywh":
+        return np.concatenate([b[..., 0:2], b[..., 0:2] + b[..., 2:4]], axis=-1)
+    raise ValueError(f"box format {box_format!r} is not one of {', '.join(BOX_FORMATS)}")
+
+
+# -- a DETR-family checkpoint's queries -------------------------------------------------------------
+
+
+def decode_queries(
+    logits: NDArray[Any], boxes: NDArray[Any], *, scores: str, top_k: int, threshold: float
+) -> list[Found]:
+    """Per image of ``logits`` [B, Q, C] and ``boxes`` [B, Q, 4] (relative cxcywh): its detections
+    above ``threshold``, boxes relative to the image (scale them with ``scaled``), in the order the
+    image processor gives them (query order for softmax, best first for sigmoid)."""
+    logits = np.asarray(logits, dtype=np.float32)
+    xyxy = corners(boxes, "cxcywh")
+    if scores == "softmax":
+        prob = softmax(logits)[..., :-1]
+        best, classes = prob.max(axis=-1), prob.argmax(axis=-1)
+        return [
+            Found(xyxy[i], best[i], classes[i].astype(np.int64)).above(threshold) for i in range(len(logits))
+        ]
+    if scores != "sigmoid":
+        raise ValueError(f"query scores {scores!r} are not one of {', '.join(QUERY_SCORES)}")
+    count = logits.shape[-1]
+    flat = sigmoid(logits).reshape(len(logits), -1)
+    k = min(top_k, flat.shape[1]) if top_k > 0 else flat.shape[1]
+    found = []
+    for i in range(len(logits)):
+        order = np.argsort(-flat[i], kind="stable")[:k]
+        picked = Found(xyxy[i][order // count], flat[i][order], (order % count).astype(np.int64))
+        found.append(picked.above(threshold))
+    return found
+
+
+def scaled(found: Found, height: int, width: int) -> Found:
+    """Relative boxes in an image's pixels."""
+    factor = np.array([width, height, width, height], dtype=np.float32)
+    return Found((found.boxes * factor).astype(np.float32), found.scores, found.classes)
+
+
+# -- a YOLO-style dense head ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DenseHead:
+    """How a dense head is read and suppressed (the spec's ``detection`` block)."""
+
+    box_format: str = "cxcywh"
+    class_scores: str = "probabilities"  # or "logits": a sigmoid is applied
+    channels_first: bool = True  # [4 + classes, anchors]; False: [anchors, 4 + classes]
+    threshold: float = 0.25
+    iou_threshold: float = 0.45
+    class_agnostic: bool = False
+    max_detections: int = 300
+
+
+def decode_dense(head: NDArray[Any], rules: DenseHead, threshold: float | None = None) -> list[Found]:
+    """Per image of ``head`` [B, 4 + C, A] (or [B, A, 4 + C]): its boxes after suppression, in the
+    graph input's pixels, best first."""
+    rows = np.asarray(head, dtype=np.float32)
+    if rows.ndim != 3:
+        raise ValueError(f"a dense head has 3 axes with the batch, got shape {list(rows.shape)}")
+    if rows.shape[-1 if not rules.channels_first else 1] < 5:
+        raise ValueError(f"a dense head needs 4 box values and at least one class, got {list(rows.shape)}")
+    if rules.channels_first:
+        rows = rows.transpose(0, 2, 1)
+    limit = rules.threshold if threshold is None else threshold
+    return [_one_image(r, rules, limit) for r in rows]
+
+
+def _one_image(rows: NDArray[np.float32], rules: DenseHead, threshold: float) -> Found:
+    scores = rows[:, 4:]
+    if rules.class_scores == "logits":
+        scores = sigmoid(scores)
+    best, classes = scores.max(axis=1), scores.argmax(axis=1)
+    keep = np.flatnonzero(best > threshold)
+    if keep.size > MAX_NMS:
+        keep = keep[np.argsort(-best[keep], kind="stable")[:MAX_NMS]]
+    boxes = corners(rows[keep, :4], rules.box_format)
+    best, classes = best[keep], classes[keep].astype(np.int64)
+    offsets = 0.0 if rules.class_agnostic else classes[:, None].astype(np.float32) * MAX_WH
+    kept = nms(boxes + offsets, best, rules.iou_threshold)[: rules.max_detections]
+    return Found(boxes[kept], best[kept], classes[kept])
+
+
+def nms(boxes: NDArray[Any], scores: NDArray[Any], iou_threshold: float) -> NDArray[np.int64]:
+    """Greedy non-maximum suppression: the indices of the boxes kept, best first; a box is dropped
+    when it overlaps a better kept one by more than ``iou_threshold`` (torchvision's rule)."""
+    boxes = np.asarray(boxes, dtype=np.float32)
+    order = np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    kept: list[int] = []
+    while order.size:
+        first, rest = order[0], order[1:]
+        kept.append(int(first))
+        if not rest.size:
+            break
+        x1 = np.maximum(boxes[first, 0], boxes[rest, 0])
+        y1 = np.maximum(boxes[first, 1], boxes[rest, 1])
+        x2 = np.minimum(boxes[first, 2], boxes[rest, 2])
+        y2 = np.minimum(boxes[first, 3], boxes[rest, 3])
+        inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iou = inter / (areas[first] + areas[rest] - inter)
+        order = rest[~(iou > iou_threshold)]
+    return np.asarray(kept, dtype=np.int64)
+
+
+def box_iou(a: NDArray[Any], b: NDArray[Any]) -> NDArray[np.float64]:
+    """[len(a), len(b)] intersection over union of xyxy boxes (0 where a box has no area)."""
+    a, b = np.asarray(a, dtype=np.float64).reshape(-1, 4), np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    union = area_a[:, None] + area_b[None, :] - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, inter / union, 0.0)
+
+
+# -- the letterbox ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """Where an image of ``height`` x ``width`` lands in the graph's input of ``size`` (height,
+    width): resized by ``gain`` (aspect kept) to ``resized`` (width, height), its top-left corner at
+    (``left``, ``top``), the rest padded (Ultralytics' LetterBox, centred, scaled up too)."""
+
+    height: int
+    width: int
+    gain: float
+    resized: tuple[int, int]
+    left: int
+    top: int
+
+    @classmethod
+    def fit(cls, height: int, width: int, size: tuple[int, int]) -> Letterbox:
+        if height <= 0 or width <= 0:
+            raise ValueError(f"an image of {width} x {height} pixels has nothing to detect in")
+        gain = min(size[0] / height, size[1] / width)
+        resized = (round(width * gain), round(height * gain))
+        left = round((size[1] - resized[0]) / 2 - 0.1)
+        top = round((size[0] - resized[1]) / 2 - 0.1)
+        return cls(height, width, gain, resized, left, top)
+
+    def to_image(self, found: Found) -> Found:
+        """Boxes in the graph input's pixels as boxes in the original image's, clipped to it."""
+        boxes = found.boxes.astype(np.float32).copy()
+        boxes[:, [0, 2]] -= self.left
+        boxes[:, [1, 3]] -= self.top
+        boxes /= np.float32(self.gain)
+        boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, self.width)
+        boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, self.height)
+        return Found(boxes, found.scores, found.classes)
+
+
+RESAMPLING = ("bilinear", "nearest", "bicubic")
+
+
+def letterboxed(
+    picture: Any, size: tuple[int, int], *, pad: int = 114, resample: str = "bilinear"
+) -> tuple[NDArray[np.uint8], Letterbox]:
+    """An upright RGB ``PIL.Image`` as the [height, width, 3] uint8 canvas of ``size``, and where
+    it landed."""
+    from PIL import Image
+
+    box = Letterbox.fit(picture.height, picture.width, size)
+    if box.resized != (picture.width, picture.height):
+        filters = {"bilinear": Image.BILINEAR, "nearest": Image.NEAREST, "bicubic": Image.BICUBIC}
+        picture = picture.resize(box.resized, filters[resample])
+    canvas = Image.new("RGB", (size[1], size[0]), (pad, pad, pad))
+    canvas.paste(picture, (box.left, box.top))
+    return np.asarray(canvas, dtype=np.uint8), box
+
+
+def upright(data: bytes) -> Any:
+    """Encoded image bytes as an upright RGB ``PIL.Image`` (EXIF orientation applied, as
+    transformers' ``load_image`` does; alpha dropped, grey expanded)."""
+    import io
+
+    from PIL import Image, ImageOps
+
+    if not data:
+        raise ValueError("the image is empty (0 bytes)")
+    picture = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    if picture.width == 0 or picture.height == 0:
+        raise ValueError("the image has no pixels")
+    return picture.convert("RGB")
+
+
+# -- the answer -------------------------------------------------------------------------------------
+
+
+def requested_threshold(parameters: str | None, name: str, default: float) -> float:
+    """The score threshold a request's parameters (Triton's JSON of them) set under ``name``, else
+    ``default``; ValueError naming the parameter for anything but a number from 0 to 1."""
+    import json
+
+    given = json.loads(parameters or "{}").get(name)
+    if given is None:
+        return default
+    try:
+        if isinstance(given, bool):
+            raise TypeError(given)
+        value = float(given)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"request parameter {name!r}: expected a number from 0 to 1, got {given!r}"
+        ) from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"request parameter {name!r}: expected a number from 0 to 1, got {given!r}")
+    return value
+
+
+def packed(found: list[Found], names: list[str]) -> dict[str, NDArray[Any]]:
+    """The images' detections as one response's arrays: each padded to the largest count (zeros
+    and ""), with each image's count: boxes [B, K, 4], scores [B, K], labels [B, K] (UTF-8
+    bytes), classes [B, K], count [B, 1]."""
+    most = max((len(f) for f in found), default=0)
+    boxes = np.zeros((len(found), most, 4), dtype=np.float32)
+    scores = np.zeros((len(found), most), dtype=np.float32)
+    classes = np.zeros((len(found), most), dtype=np.int64)
+    labels = np.full((len(found), most), b"", dtype=object)
+    for i, f in enumerate(found):
+        n = len(f)
+        boxes[i, :n], scores[i, :n], classes[i, :n] = f.boxes, f.scores, f.classes
+        labels[i, :n] = [label(names, int(c)).encode("utf-8") for c in f.classes]
+    count = np.array([[len(f)] for f in found], dtype=np.int32).reshape(len(found), 1)
+    return {"boxes": boxes, "scores": scores, "labels": labels, "classes": classes, "count": count}
+
+
+def label(names: list[str], index: int) -> str:
+    return names[index] if 0 <= index < len(names) else f"LABEL_{index}"
