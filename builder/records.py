@@ -140,7 +140,8 @@ class VerificationReport:
             return "differs"
         boxes = [m for m in self.metrics.values() if m.matched is not None]
         if boxes:
-            return f"boxes matched {boxes[0].matched:.3f}, score diff {boxes[0].score_diff or 0.0:.3g}"
+            m = boxes[0]
+            return f"boxes matched {m.matched:.3f} of {m.boxes}, score diff {m.score_diff or 0.0:.3g}"
         cosines = [m.min_cosine for m in self.metrics.values() if m.min_cosine is not None]
         if cosines:
             return f"min cos {min(cosines):.4f}"

@@ -178,7 +178,8 @@ def nms(boxes: NDArray[Any], scores: NDArray[Any], iou_threshold: float) -> NDAr
 
 
 def box_iou(a: NDArray[Any], b: NDArray[Any]) -> NDArray[np.float64]:
-    """[len(a), len(b)] intersection over union of xyxy boxes (0 where a box has no area)."""
+    """[len(a), len(b)] intersection over union of xyxy boxes; boxes without area (clipped to an
+    image's edge) overlap only the same box (1)."""
     a, b = np.asarray(a, dtype=np.float64).reshape(-1, 4), np.asarray(b, dtype=np.float64).reshape(-1, 4)
     x1 = np.maximum(a[:, None, 0], b[None, :, 0])
     y1 = np.maximum(a[:, None, 1], b[None, :, 1])
@@ -188,8 +189,9 @@ def box_iou(a: NDArray[Any], b: NDArray[Any]) -> NDArray[np.float64]:
     area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
     area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
     union = area_a[:, None] + area_b[None, :] - inter
+    same = (a[:, None, :] == b[None, :, :]).all(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / union, 0.0)
+        return np.where(union > 0, inter / union, np.where(same, 1.0, 0.0))
 
 
 # -- the letterbox ----------------------------------------------------------------------------------
@@ -203,6 +205,7 @@ class Letterbox:
 
     height: int
     width: int
+    size: tuple[int, int]
     gain: float
     resized: tuple[int, int]
     left: int
@@ -216,13 +219,16 @@ class Letterbox:
         resized = (round(width * gain), round(height * gain))
         left = round((size[1] - resized[0]) / 2 - 0.1)
         top = round((size[0] - resized[1]) / 2 - 0.1)
-        return cls(height, width, gain, resized, left, top)
+        return cls(height, width, (size[0], size[1]), gain, resized, left, top)
 
     def to_image(self, found: Found) -> Found:
-        """Boxes in the graph input's pixels as boxes in the original image's, clipped to it."""
+        """Boxes in the graph input's pixels as boxes in the original image's, clipped to it
+        (Ultralytics' scale_boxes: its padding from the unrounded resized size)."""
+        left = round((self.size[1] - self.width * self.gain) / 2 - 0.1)
+        top = round((self.size[0] - self.height * self.gain) / 2 - 0.1)
         boxes = found.boxes.astype(np.float32).copy()
-        boxes[:, [0, 2]] -= self.left
-        boxes[:, [1, 3]] -= self.top
+        boxes[:, [0, 2]] -= left
+        boxes[:, [1, 3]] -= top
         boxes /= np.float32(self.gain)
         boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, self.width)
         boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, self.height)

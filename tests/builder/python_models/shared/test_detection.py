@@ -70,6 +70,12 @@ def test_queries_are_read_as_the_image_processor_reads_them(
         np.testing.assert_allclose(got.boxes, want["boxes"].numpy(), atol=1e-3)
 
 
+def test_boxes_without_area_overlap_only_themselves() -> None:
+    line = np.array([[640, 0, 640, 427]], dtype=np.float32)  # a box clipped to the image's edge
+    assert box_iou(line, line)[0, 0] == 1.0 and box_iou(line, line + 1)[0, 0] == 0.0
+    assert box_iou([[0, 0, 10, 10]], [[5, 0, 15, 10]])[0, 0] == pytest.approx(1 / 3)
+
+
 def test_box_formats_become_corners() -> None:
     box = np.array([[10.0, 20.0, 4.0, 6.0]])
     np.testing.assert_array_equal(corners(box, "cxcywh"), [[8, 17, 12, 23]])
