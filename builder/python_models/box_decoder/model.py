@@ -36,7 +36,7 @@ from .contract import (
     SCORES,
     THRESHOLD,
 )
-from .detection import DenseHead, Letterbox, decode_dense, packed, requested_threshold
+from .detection import DenseHead, Letterbox, decode_dense, packed, ready, requested_threshold
 
 try:  # only inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -79,6 +79,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.decoder = Decoder(parameters)
+        ready()
         self.head_name = next(i["name"] for i in config["input"] if i["name"] != IMAGE_SIZE)
         self.outputs = [o["name"] for o in config["output"]]
 

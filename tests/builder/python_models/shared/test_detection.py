@@ -95,13 +95,20 @@ def _loop_nms(boxes: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], bound: 
     return kept
 
 
-def test_suppression_keeps_what_the_greedy_rule_keeps() -> None:
+def test_suppression_keeps_what_the_greedy_rule_keeps_per_class_best_first() -> None:
     centres = RNG.uniform(0, 100, (300, 2))
     sizes = RNG.uniform(5, 40, (300, 2))
     boxes = np.concatenate([centres, centres + sizes], axis=1).astype(np.float32)
     scores = RNG.uniform(0, 1, 300).astype(np.float32)
+    classes = RNG.integers(0, 3, 300)
     for bound in (0.3, 0.5, 0.7):
-        assert nms(boxes, scores, bound).tolist() == _loop_nms(boxes, scores, bound)
+        alone = nms(boxes, scores, np.zeros(300, np.int64), bound, 1000).tolist()
+        assert alone == _loop_nms(boxes, scores, bound)
+        per_class = nms(boxes, scores, classes, bound, 1000)
+        apart = boxes + classes[:, None].astype(np.float32) * 7680  # Ultralytics' offsets
+        assert per_class.tolist() == _loop_nms(apart, scores, bound)
+        assert nms(boxes, scores, classes, bound, 5).tolist() == per_class[:5].tolist()
+    assert nms(np.zeros((0, 4)), np.zeros(0), np.zeros(0), 0.5, 10).tolist() == []
 
 
 def test_a_dense_head_is_thresholded_suppressed_per_class_and_capped() -> None:
