@@ -34,6 +34,22 @@ def test_the_spec_example_is_a_valid_spec() -> None:
     assert get("gpu").options(model).precision is Precision.INT8
 
 
+def test_the_object_detector_examples_are_valid_blocks() -> None:
+    from builder.spec import Tolerance
+    from builder.spec.detection import Detection
+
+    text = (ROOT / "docs" / "spec.md").read_text()
+    section = text.split("## An object detector", 1)[1].split("\n## ", 1)[0]
+    (checkpoint, graph, tolerances) = [
+        yaml.safe_load(block) for block in re.findall(r"```yml\n(.*?)```", section, flags=re.S)
+    ]
+    assert checkpoint["models"][0]["task"] == "object-detection"
+    block = Detection.model_validate(graph["models"][0]["detection"])
+    assert (block.letterbox.size, block.labels, block.default_threshold) == ([640, 640], "coco.txt", 0.25)
+    parsed = {p: Tolerance.model_validate(t) for p, t in tolerances["tolerances"].items()}
+    assert all(t.detection is not None for t in parsed.values())
+
+
 def test_the_example_target_is_complete_and_writes_a_config() -> None:
     (code,) = [c for c in blocks(ROOT / "docs" / "targets.md", "python") if "class OrtOpenVinoTarget" in c]
     namespace: dict[str, object] = {}
