@@ -183,8 +183,10 @@ def _image_size(processor: Any, config: Any) -> tuple[int, int]:
             height, width = size.get("height"), size.get("width")
         if height and width and (attr == "size" or getattr(processor, "do_center_crop", False)):
             return int(height), int(width)
-    side = int(getattr(config, "image_size", 224))
-    return side, side
+    side: Any = getattr(config, "image_size", 224)
+    if isinstance(side, (list, tuple)) and len(side) == 2:  # YOLOS: [height, width]
+        return int(side[0]), int(side[1])
+    return int(side), int(side)
 
 
 def _labels(config: Any) -> dict[int, str]:
