@@ -85,12 +85,19 @@ def test_box_formats_become_corners() -> None:
         corners(box, "yxyx")
 
 
+def _iou(a: list[float], b: list[float]) -> float:
+    inter = max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
 def _loop_nms(boxes: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], bound: float) -> list[int]:
     """Greedy suppression written out: best first, drop what overlaps a kept box by more than bound."""
+    rows = boxes.tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     kept: list[int] = []
     for i in order:
-        if all(box_iou(boxes[i], boxes[k])[0, 0] <= bound for k in kept):
+        if all(_iou(rows[i], rows[k]) <= bound for k in kept):
             kept.append(i)
     return kept
 
