@@ -28,6 +28,7 @@ BENCHMARKS = [
     "queue_bound",
     "build_time",
     "cpu_runtimes",
+    "detection",
     "llm",
     "llm_aiperf",
     "llm_openai_cpu",

@@ -21,6 +21,7 @@ from builder.spec.probe import probe_record
 from builder.spec.synthetic import synthetic_array, token_ranges
 from builder.tasks import task
 from builder.tasks.base import CoreInputs
+from builder.tasks.object_detection import letterboxed_images
 
 # Exceptions a user's reader raises for bad data; turned into one-line DataErrors.
 _READER_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError)
@@ -38,6 +39,8 @@ def load_samples(
         arrays = _from_reader(data, model, path, spec_dir, spec_file, section)
     elif model.source_kind is ModelSourceKind.CHECKPOINT and path is not None and path.suffix != ".npz":
         arrays = _from_checkpoint(model, path, spec_dir, section)
+    elif model.detection is not None and path is not None and path.suffix != ".npz":
+        arrays = _from_images(model, path, section)
     else:
         assert path is not None  # DataSpec requires data or reader
         arrays = _from_npz(path, model.name, section)
@@ -78,6 +81,19 @@ def _from_checkpoint(model: ModelSpec, path: Path, spec_dir: Path, section: str)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"expected {served.data_description}: {type(exc).__name__}: {exc}", file=path,
                         model=model.name, field=f"{section}.data") from None  # fmt: skip
+
+
+def _from_images(model: ModelSpec, path: Path, section: str) -> dict[str, NDArray[Any]]:
+    """A folder of images (or one image) through a YOLO-style detector's letterbox, as served."""
+    assert model.detection is not None
+    image = model.inputs[0]
+    recipe = model.detection.recipe(image.dims, image.dtype.value)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    try:
+        return {image.name: letterboxed_images(files, recipe)}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"expected a folder of images: {exc}", file=path, model=model.name,
+                        field=f"{section}.data") from None  # fmt: skip
 
 
 def core_inputs(model: ModelSpec, spec_dir: Path) -> CoreInputs:

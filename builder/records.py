@@ -44,7 +44,16 @@ class BuildContext:
     log: Log
 
 
-class MetricsJson(TypedDict):
+class DetectionJson(TypedDict, total=False):
+    """An object detector's boxes (the metrics' "detections" entry): the share matched, the worst
+    score difference of a matched pair, the reference's box count."""
+
+    matched: float | None
+    score_diff: float | None
+    boxes: int | None
+
+
+class MetricsJson(DetectionJson):
     min_cosine: float | None
     mean_cosine: float | None
     max_abs: float | None
@@ -70,21 +79,32 @@ class OutputMetrics:
     max_abs: float | None
     top1: float | None
     exact: bool | None
+    matched: float | None = None  # an object detector's boxes (DetectionJson)
+    score_diff: float | None = None
+    boxes: int | None = None
 
     def to_json(self) -> MetricsJson:
-        return MetricsJson(
+        out = MetricsJson(
             min_cosine=_finite(self.min_cosine),
             mean_cosine=_finite(self.mean_cosine),
             max_abs=_finite(self.max_abs),
             top1=_finite(self.top1),
             exact=self.exact,
         )
+        if self.matched is not None:
+            out["matched"], out["score_diff"], out["boxes"] = (
+                _finite(self.matched),
+                _finite(self.score_diff),
+                self.boxes,
+            )
+        return out
 
     @classmethod
     def from_json(cls, raw: MetricsJson) -> OutputMetrics:
         exact = raw["exact"]
         return cls(_num(raw["min_cosine"]), _num(raw["mean_cosine"]), _num(raw["max_abs"]), _num(raw["top1"]),
-                   None if exact is None else bool(exact))  # fmt: skip
+                   None if exact is None else bool(exact), _num(raw.get("matched")),
+                   _num(raw.get("score_diff")), raw.get("boxes"))  # fmt: skip
 
 
 # A request's outputs alone and inside a batch may differ by float rounding (another kernel
@@ -119,6 +139,10 @@ class VerificationReport:
         """The worst checked figure, for one line of the summary: ``min cos 0.9987``, ``exact``."""
         if any(m.exact is False for m in self.metrics.values()):
             return "differs"
+        boxes = [m for m in self.metrics.values() if m.matched is not None]
+        if boxes:
+            m = boxes[0]
+            return f"boxes matched {m.matched:.3f} of {m.boxes}, score diff {m.score_diff or 0.0:.3g}"
         cosines = [m.min_cosine for m in self.metrics.values() if m.min_cosine is not None]
         if cosines:
             return f"min cos {min(cosines):.4f}"

@@ -7,6 +7,7 @@ library (Pillow, optionally, for images).
 
 from .aio import AsyncClient, AsyncSequence
 from .client import Client, Sequence
+from .detection import AsyncDetector, Detection, Detector
 from .errors import (
     InferenceTimeout,
     InvalidInput,
@@ -27,10 +28,13 @@ from .tasks import Classifier, Embedder, Prediction
 __all__ = [
     "NO_RETRY",
     "AsyncClient",
+    "AsyncDetector",
     "AsyncGenerator",
     "AsyncSequence",
     "Classifier",
     "Client",
+    "Detection",
+    "Detector",
     "Embedder",
     "Generation",
     "Generator",

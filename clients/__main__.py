@@ -5,6 +5,7 @@ python -m clients -u 127.0.0.1:8001 metadata simple
 python -m clients -u http://127.0.0.1:8000 infer simple -i INPUT0='[[1,2,...]]' -i INPUT1=ones.npy
 python -m clients -u 127.0.0.1:8001 embed "a sentence" "another one"
 python -m clients -u 127.0.0.1:8001 classify cat.jpg dog.png --top-k 3
+python -m clients -u 127.0.0.1:8001 detect street.jpg --model detr_pipeline --threshold 0.7
 python -m clients -u 127.0.0.1:8001 generate "What is the capital of France?" --chat --max-tokens 32
 """
 
@@ -20,6 +21,7 @@ from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
 from .client import Client
+from .detection import Detector
 from .errors import TritonClientError
 from .generator import Generator
 from .model import ModelInfo
@@ -51,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("images", nargs="+")
     classify.add_argument("--model", default="efficientnet_lite0_image")
     classify.add_argument("--top-k", type=int, default=5)
+    detect = sub.add_parser("detect", help="print the boxes an object detector finds in images")
+    detect.add_argument("images", nargs="+")
+    detect.add_argument("--model", required=True, help="the detector's pipeline (<name>_pipeline)")
+    detect.add_argument("--threshold", type=float, help="the lowest score kept (default: the model's)")
     generate = sub.add_parser("generate", help="stream an LLM's answer to the terminal")
     generate.add_argument("prompt")
     generate.add_argument("--model", default="smollm2")
@@ -103,6 +109,14 @@ def _run(args: argparse.Namespace) -> None:
         with Classifier(args.url, args.model, **kwargs) as classifier:
             for path, preds in zip(args.images, classifier.classify(args.images, args.top_k), strict=True):
                 print(path + ": " + ", ".join(f"{p.label} ({p.score:.4g})" for p in preds))
+        return
+    if args.command == "detect":
+        with Detector(args.url, args.model, **kwargs) as detector:
+            for path, found in zip(args.images, detector.detect(args.images, args.threshold), strict=True):
+                boxes = ", ".join(
+                    f"{d.label} {d.score:.3g} [{', '.join(f'{v:.0f}' for v in d.box)}]" for d in found
+                )
+                print(f"{path}: {boxes or 'nothing'}")
         return
     with Client(args.url, **kwargs) as client:
         if args.command == "ready":

@@ -151,7 +151,7 @@ class AsyncClient:
     async def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
         extra = {"client_timeout": timeout} if self.protocol == "grpc" else {}
         name, version = call.info.name, call.version
-        extra |= call.sequence_arguments()
+        extra |= call.arguments()
         request = self._raw.infer(name, inputs, model_version=version, outputs=outputs, **extra)
         return await asyncio.wait_for(request, timeout)
 

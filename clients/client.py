@@ -197,7 +197,7 @@ class Client:
 
     def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
         raw, name, version = self._thread_raw(), call.info.name, call.version
-        seq = call.sequence_arguments()
+        seq = call.arguments()
         if self.protocol == "grpc":
             return raw.infer(
                 name, inputs, model_version=version, outputs=outputs, client_timeout=timeout, **seq

@@ -23,12 +23,14 @@ from .settings import Settings, reject_unknown
 class InferOptions(TypedDict, total=False):
     """The keyword arguments of `infer`: `timeout` (s, this call, retries included), the model
     `version`, `shm` (this call's shared-memory choice), `class_count` (Triton's classification
-    extension: the top classes of each output)."""
+    extension: the top classes of each output), `parameters` (Triton's request parameters, which
+    the model reads: a detector's `threshold`)."""
 
     timeout: float | None
     version: str
     shm: bool | None
     class_count: int
+    parameters: Mapping[str, str | int | float | bool]
 
 
 class Part(NamedTuple):
@@ -50,10 +52,19 @@ class Call:
     use_shm: bool
     deadline: Deadline
     step: Step | None = None  # a request of a sequence: its flags
+    parameters: Mapping[str, str | int | float | bool] | None = None  # the request's own
 
     def sequence_arguments(self) -> dict[str, Any]:
         """The sequence keyword arguments of tritonclient's `infer` (none outside a sequence)."""
         return self.step.arguments() if self.step is not None else {}
+
+    def arguments(self) -> dict[str, Any]:
+        """Every keyword argument of tritonclient's `infer` beyond the tensors: the sequence's
+        flags, the request's parameters."""
+        extra = self.sequence_arguments()
+        if self.parameters:
+            extra["parameters"] = dict(self.parameters)
+        return extra
 
     def shm_plan(self, part: Part) -> shm.Plan | None:
         """The part's shared-memory plan, or None when it travels in the request."""
@@ -107,7 +118,7 @@ def prepare(
         parts = [Part(arrays, batch)]
     use_shm = settings.use_shm(options.get("shm"), arrays)
     version, class_count = options.get("version", ""), options.get("class_count", 0)
-    return Call(info, version, parts, names, class_count, use_shm, deadline, step)
+    return Call(info, version, parts, names, class_count, use_shm, deadline, step, options.get("parameters"))
 
 
 def output_names(info: ModelInfo, outputs: Iterable[str] | None) -> list[str]:

@@ -34,6 +34,22 @@ def test_the_spec_example_is_a_valid_spec() -> None:
     assert get("gpu").options(model).precision is Precision.INT8
 
 
+def test_the_object_detector_examples_are_valid_blocks() -> None:
+    from builder.spec import Tolerance
+    from builder.spec.detection import Detection
+
+    text = (ROOT / "docs" / "spec.md").read_text()
+    section = text.split("## An object detector", 1)[1].split("\n## ", 1)[0]
+    (checkpoint, graph, tolerances) = [
+        yaml.safe_load(block) for block in re.findall(r"```yml\n(.*?)```", section, flags=re.S)
+    ]
+    assert checkpoint["models"][0]["task"] == "object-detection"
+    block = Detection.model_validate(graph["models"][0]["detection"])
+    assert (block.letterbox.size, block.labels, block.default_threshold) == ([640, 640], "coco.txt", 0.25)
+    parsed = {p: Tolerance.model_validate(t) for p, t in tolerances["tolerances"].items()}
+    assert all(t.detection is not None for t in parsed.values())
+
+
 def test_the_example_target_is_complete_and_writes_a_config() -> None:
     (code,) = [c for c in blocks(ROOT / "docs" / "targets.md", "python") if "class OrtOpenVinoTarget" in c]
     namespace: dict[str, object] = {}
@@ -157,17 +173,16 @@ def test_the_example_task_registered_composes_a_valid_spec(monkeypatch: pytest.M
     from builder.tasks import TASKS, task, task_for_architecture
     from tests.builder.tasks.checkpoints import composed, image
 
-    (code,) = [c for c in blocks(ROOT / "docs" / "sources.md", "python") if "class ObjectDetection" in c]
+    (code,) = [c for c in blocks(ROOT / "docs" / "sources.md", "python") if "class DepthEstimation" in c]
     namespace: dict[str, object] = {}
     exec(compile(code, "docs/sources.md", "exec"), namespace)
-    detector = namespace["ObjectDetection"]()  # type: ignore[operator]  # abstract members all given
-    monkeypatch.setitem(TASKS, detector.name, detector)  # the registry line
-    assert hasattr(transformers, detector.auto_class) and "detr" in getattr(modeling_auto, detector.mapping)
-    assert task_for_architecture("DetrForObjectDetection") is detector is task("object-detection")
-    spec = composed(image("object-detection", labels=3), name="detr")
-    outputs = [(t.name, t.dims) for t in spec.model("detr").outputs]
-    assert outputs == [("logits", [-1, 4]), ("pred_boxes", [-1, 4])]  # three labels and "no object"
-    assert [m.name for m in spec.python_models] == ["detr_preprocess", "detr_postprocess"]
+    estimator = namespace["DepthEstimation"]()  # type: ignore[operator]  # abstract members all given
+    monkeypatch.setitem(TASKS, estimator.name, estimator)  # the registry line
+    assert hasattr(transformers, estimator.auto_class) and "dpt" in getattr(modeling_auto, estimator.mapping)
+    assert task_for_architecture("DPTForDepthEstimation") is estimator is task("depth-estimation")
+    spec = composed(image("depth-estimation"), name="dpt")
+    assert [(t.name, t.dims) for t in spec.model("dpt").outputs] == [("predicted_depth", [32, 32])]
+    assert [m.name for m in spec.python_models] == ["dpt_preprocess"]
     (pipeline,) = spec.ensembles
     assert [t.name for t in pipeline.inputs] == ["IMAGE"]
-    assert [t.name for t in pipeline.outputs] == ["DETECTIONS"]
+    assert [t.name for t in pipeline.outputs] == ["DEPTH"]

@@ -223,7 +223,7 @@ class _Job:
     def _verify(self, precision: Precision, outputs_file: Path) -> tuple[list[str], dict[str, object]]:
         """The same comparison and tolerance as the CPU variants of this precision, for the
         outputs of every batch size the plan ran at (``"<batch>:<output>"`` keys)."""
-        from builder.stages.verify import compare  # ONNX Runtime, only once a plan ran
+        from builder.stages.verify import compare, decoding  # ONNX Runtime, only once a plan ran
 
         runs: dict[str, dict[str, NDArray[Any]]] = {}
         with np.load(outputs_file, allow_pickle=False) as data:
@@ -234,7 +234,9 @@ class _Job:
         failures: list[str] = []
         by_batch: dict[str, dict[str, object]] = {}
         for batch, outputs in sorted(runs.items(), key=lambda run: int(run[0] or 0)):
-            metrics, failed = compare(dict(self.evaluation.reference), outputs, tolerance, self.model.outputs)
+            metrics, failed = compare(
+                dict(self.evaluation.reference), outputs, tolerance, self.model.outputs, decoding(self.model)
+            )
             failures += [f"at batch {batch}: {f}" if batch else f for f in failed]
             by_batch[batch] = {name: asdict(m) for name, m in metrics.items()}
         # the metrics at the largest batch, and with several batch sizes, each one's

@@ -29,6 +29,8 @@ from pydantic import (
 
 from builder.errors import SpecError
 from builder.spec.checkpoint import TaskName, expand
+from builder.spec.detection import TASK as DETECTION_TASK
+from builder.spec.detection import Detection, DetectionTolerance, dense_defaults, expand_dense
 from builder.spec.dtype import DType as DType  # re-exported: the spec's tensors are typed with it
 from builder.spec.engine import EngineOptions
 from builder.spec.graph import fill_from_graph
@@ -244,9 +246,10 @@ class DynamicInt8(Strict):
     smooth: Smoothing | None = None  # uses the calibration samples to find outlier channels
 
 
-class Tolerance(Strict):
+class Tolerance(Strict, OmitsUnset):
     """Thresholds a variant must meet against the source model, on every float output
-    (or only on ``outputs`` when given). Unset thresholds are not checked."""
+    (or only on ``outputs`` when given). Unset thresholds are not checked. ``detection``: an object
+    detector's boxes, decoded as served, matched against the reference's."""
 
     min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
     mean_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
@@ -254,12 +257,17 @@ class Tolerance(Strict):
     top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     exact: bool = False  # integer outputs: must be identical
     outputs: list[str] = []
+    detection: DetectionTolerance | None = None
+
+    OMITTED_WHILE_UNSET = ("detection",)
 
     @model_validator(mode="after")
     def _something_checked(self) -> Tolerance:
-        fields = (self.min_cosine, self.mean_cosine, self.max_abs, self.top1)
+        fields = (self.min_cosine, self.mean_cosine, self.max_abs, self.top1, self.detection)
         if not self.exact and all(v is None for v in fields):
-            raise ValueError("a tolerance must set min_cosine, mean_cosine, max_abs, top1 or exact")
+            raise ValueError(
+                "a tolerance must set min_cosine, mean_cosine, max_abs, top1, exact or detection"
+            )
         return self
 
 
@@ -332,8 +340,9 @@ class ModelSpec(Strict, TargetScoped, OmitsUnset):
     simplify: bool = True
     engine: EngineOptions = EngineOptions()  # TensorRT build options (gpu target)
     sequence: SequenceSpec | None = None  # a stateful model: states kept by the server per sequence
+    detection: Detection | None = None  # an object detector: how its outputs become boxes
 
-    OMITTED_WHILE_UNSET = ("sequence", "task", "runtimes", "targets")
+    OMITTED_WHILE_UNSET = ("sequence", "task", "runtimes", "targets", "detection")
     _source_kind: ModelSourceKind = PrivateAttr()
 
     @field_validator("source")
@@ -371,6 +380,7 @@ class ModelSpec(Strict, TargetScoped, OmitsUnset):
         kind = model_source_kind(self.source, checkpoint=self.task is not None)
         assert kind is not None  # _source_form lets through only the forms a kind takes
         self._source_kind = kind
+        self._check_task(kind)
         _check_unique("inputs", [t.name for t in self.inputs])
         _check_unique("outputs", [t.name for t in self.outputs])
         _check_no_output_format(self.outputs)
@@ -380,6 +390,24 @@ class ModelSpec(Strict, TargetScoped, OmitsUnset):
         self._check_precisions()
         check_sequence(self)
         return self
+
+    def _check_task(self, kind: ModelSourceKind) -> None:
+        """A graph source names no task but object detection, whose boxes need a detection block
+        (the checkpoint task and ``expand_dense`` write it); detection with no detector is a mistake."""
+        graph = kind is not ModelSourceKind.CHECKPOINT
+        if graph and self.task is not None and self.task != DETECTION_TASK:
+            raise ValueError(
+                f"task: {self.task} takes a checkpoint folder; a graph source's task is {DETECTION_TASK}"
+            )
+        if self.detection is not None and self.task != DETECTION_TASK:
+            raise ValueError(f"detection: needs task: {DETECTION_TASK}")
+        if self.task == DETECTION_TASK and self.detection is None:
+            raise ValueError(f"detection: task {DETECTION_TASK} needs its detection block")
+        detectors = [p.value for p, t in self.tolerances.items() if t.detection is not None]
+        if detectors and self.detection is None:
+            raise ValueError(
+                f"tolerances.{detectors[0]}.detection: only an object detector's boxes can be matched"
+            )
 
     def _check_batching(self) -> None:
         for size in self.batching.preferred_batch_sizes:
@@ -642,9 +670,10 @@ def load_spec(path: str | Path) -> Spec:
     raw = expand(raw, path.parent, spec_file=path)  # Hugging Face checkpoints: tensors, pre/post models
     if isinstance(raw.get("models"), list):
         raw["models"] = [
-            fill_from_graph(e, path.parent, spec_file=path) if isinstance(e, dict) else e
+            fill_from_graph(dense_defaults(e), path.parent, spec_file=path) if isinstance(e, dict) else e
             for e in raw["models"]
         ]
+    raw = expand_dense(raw, path.parent, spec_file=path)  # YOLO-style graphs: letterbox, box decoder
     try:
         return Spec.model_validate(raw)
     except ValidationError as exc:

@@ -47,10 +47,12 @@ Fail = Callable[[str, str], SpecError]
 
 
 def is_checkpoint_entry(entry: dict[str, Any], spec_dir: Path) -> bool:
-    """The entry names a task, or its source is a folder (of no other kind's form)."""
+    """The entry names a task, or its source is a folder, and its source is of no graph's form (an
+    .onnx file or a factory: an object detector's graph names a task too)."""
     source = entry.get("source")
-    folder = isinstance(source, str) and model_source_kind(source, checkpoint=False) is None
-    return "task" in entry or (folder and (spec_dir / str(source)).is_dir())
+    if isinstance(source, str) and model_source_kind(source, checkpoint=False) is not None:
+        return False
+    return "task" in entry or (isinstance(source, str) and (spec_dir / source).is_dir())
 
 
 def read_checkpoint(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -> Checkpoint:
@@ -75,7 +77,11 @@ def read_checkpoint(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -
     except (ValueError, UnicodeDecodeError) as exc:
         raise fail(f"'{config_file}' is not JSON: {exc}", "source") from None
     _check_architecture(config, served, config_file, fail)
-    return READERS[served.modality](folder, source, served, fail)
+    ckpt = replace(READERS[served.modality](folder, source, served, fail), config=config)
+    refused = served.refused(ckpt)
+    if refused is not None:
+        raise fail(refused, "task")
+    return ckpt
 
 
 def _task(value: object, fail: Fail) -> CheckpointTask:
@@ -148,10 +154,17 @@ def _image_checkpoint(folder: Path, source: str, served: CheckpointTask, fail: F
     height, width = _image_size(processor, config)
     channels = int(getattr(config, "num_channels", 3))
     hidden = int(getattr(config, "hidden_size", 0) or 0)
+    settings = {**processor.to_dict(), "image_processor_type": _processor_type(processor)}
     ckpt = Checkpoint(
         folder, source, served, [PIXEL_VALUES], hidden, _labels(config), 0, [channels, height, width], [],
+        processor=settings,
     )  # fmt: skip
     return _with_files(ckpt, list(IMAGE_PROCESSOR_FILES))
+
+
+def _processor_type(processor: Any) -> str:
+    """The processor's class as its config names it (without the backend's suffix: ``...Pil``)."""
+    return type(processor).__name__.removesuffix("Pil")
 
 
 # How a checkpoint is read for each modality: its tokenizer, or its image processor.
@@ -170,8 +183,10 @@ def _image_size(processor: Any, config: Any) -> tuple[int, int]:
             height, width = size.get("height"), size.get("width")
         if height and width and (attr == "size" or getattr(processor, "do_center_crop", False)):
             return int(height), int(width)
-    side = int(getattr(config, "image_size", 224))
-    return side, side
+    side: Any = getattr(config, "image_size", 224)
+    if isinstance(side, (list, tuple)) and len(side) == 2:  # YOLOS: [height, width]
+        return int(side[0]), int(side[1])
+    return int(side), int(side)
 
 
 def _labels(config: Any) -> dict[int, str]:

@@ -29,13 +29,14 @@ class SourceKind(str, Enum):
 
 
 def model_source_kind(source: str, *, checkpoint: bool) -> ModelSourceKind | None:
-    """``checkpoint``: the entry names a task, so its source is the checkpoint's folder. None: a
-    form no kind takes (a new kind's form goes here)."""
-    if checkpoint:
-        return ModelSourceKind.CHECKPOINT
+    """``checkpoint``: the entry names a task, so a source of no graph's form is the checkpoint's
+    folder (a graph source may name a task too: an object detector's). None: a form no kind takes
+    (a new kind's form goes here)."""
     if FACTORY_PATTERN.match(source):
         return ModelSourceKind.FACTORY
-    return ModelSourceKind.ONNX if source.endswith(".onnx") else None
+    if source.endswith(".onnx"):
+        return ModelSourceKind.ONNX
+    return ModelSourceKind.CHECKPOINT if checkpoint else None
 
 
 def llm_source_kind(source: str) -> SourceKind:

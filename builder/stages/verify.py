@@ -21,16 +21,20 @@ from builder.errors import SpecError
 from builder.host import kernel_flags
 from builder.python_models.shared.runtimes import Knobs, Session
 from builder.records import BATCH_INVARIANCE, OutputMetrics, ReportJson, VerificationReport
-from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
+from builder.spec import ModelSpec, OmitsUnset, Precision, TensorSpec, Tolerance, Variant, as_variant
+from builder.spec.detection import Detection
 from builder.stages.base import Info, ModelJob, Stage, StageInputs
 from builder.stages.reference import REFERENCE, load_reference
 from builder.stages.runtimes import open_variant, run_model, run_session
+from builder.tasks.object_detection import BoxTolerance, Decoding, verify_boxes
+
+DETECTIONS = "detections"  # the metrics' entry of an object detector's matched boxes (no output's name)
 
 # float64 rounding: identical outputs give a cosine of 1 - 2e-16, which must meet 1.0
 ROUNDING = 1e-9
 
 
-class VerifyInputs(StageInputs):
+class VerifyInputs(StageInputs, OmitsUnset):
     STAGE = "verify"
     TOOLS = ("numpy",)
     CODE = ("builder.stages.verify",)
@@ -46,6 +50,9 @@ class VerifyInputs(StageInputs):
     threads: int
     spinning: bool | None
     cpu: list[str]  # the CPU flags that decide its kernels: another CPU verifies and times again
+    detection: Detection | None = None  # an object detector's outputs are decoded into boxes so
+
+    OMITTED_WHILE_UNSET = ("detection",)
 
 
 class Verify(Stage):
@@ -63,7 +70,7 @@ class Verify(Stage):
             tolerance=m.tolerances[v.precision], opt_batch=m.opt_batch(), runtime=v.runtime,
             runtime_version=v.cpu_runtime.version(), precision=v.precision.value,
             instances=m.instances.count, threads=job.knobs.threads, spinning=job.knobs.spinning,
-            cpu=kernel_flags(),
+            cpu=kernel_flags(), detection=m.detection,
         )  # fmt: skip
 
     def run(self, job: ModelJob, out: Path) -> Info:
@@ -76,16 +83,45 @@ class Verify(Stage):
         return VerificationReport.from_json(cast(ReportJson, info))
 
 
+def decoding(model: ModelSpec) -> Decoding | None:
+    """How the server decodes the model's outputs into boxes (None: not an object detector)."""
+    return model.detection.decoding() if model.detection is not None else None
+
+
 def compare(
     reference: dict[str, NDArray[Any]],
     candidate: dict[str, NDArray[Any]],
     tolerance: Tolerance,
     outputs: list[TensorSpec],
+    detection: Decoding | None = None,
 ) -> tuple[dict[str, OutputMetrics], list[str]]:
-    """Metrics for every output; failures (``output 'x' ...``) only for the checked ones."""
+    """Metrics for every output; failures (``output 'x' ...``) only for the checked ones. A
+    detector's ``detection`` tolerance is its task's metric: both sides decoded into boxes as the
+    server decodes them (``detection``, ``decoding(model)``), boxes matched (``DETECTIONS``)."""
     metrics: dict[str, OutputMetrics] = {}
     failures: list[str] = []
+    if tolerance.detection is not None:
+        if detection is None:
+            failures.append("detections: the tolerance matches boxes, and the model has no detection block")
+        else:
+            t = tolerance.detection
+            found, failed = verify_boxes(
+                reference, candidate, detection, BoxTolerance(t.min_matched, t.iou, t.max_score_diff)
+            )
+            metrics[DETECTIONS] = OutputMetrics(
+                None,
+                None,
+                None,
+                None,
+                None,
+                matched=found.matched,
+                score_diff=found.score_diff,
+                boxes=found.boxes,
+            )
+            failures += failed
     checked = set(tolerance.outputs) or {o.name for o in outputs}
+    if tolerance.detection is not None and not tolerance.outputs:
+        checked = set()  # the boxes are what is checked; each output's figures are still recorded
     for spec in outputs:
         if spec.name not in reference:
             if spec.name in checked:
@@ -180,7 +216,7 @@ def verify_variant(
         candidate = run_session(sess, inputs, batch_size=1, label=label)
     else:
         candidate = run_model(sess, model, inputs, label=label)
-    metrics, failures = compare(reference, candidate, tolerance, model.outputs)
+    metrics, failures = compare(reference, candidate, tolerance, model.outputs, decoding(model))
     failures = [f"{variant.name}: {f}" for f in failures]
     ms = _time_session(sess, model, inputs, batch=1 if alone else None)
     return VerificationReport(variant, not failures, metrics, failures, ms, sess.computed_in, drift)

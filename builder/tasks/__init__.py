@@ -10,6 +10,7 @@ from __future__ import annotations
 from builder.tasks.base import CheckpointTask
 from builder.tasks.feature_extraction import FeatureExtraction
 from builder.tasks.image_classification import ImageClassification
+from builder.tasks.object_detection import ObjectDetection
 from builder.tasks.text_classification import TextClassification
 from builder.tasks.token_classification import TokenClassification
 
@@ -20,6 +21,7 @@ TASKS: dict[str, CheckpointTask] = {
         TextClassification(),
         TokenClassification(),
         ImageClassification(),
+        ObjectDetection(),
     )
 }
 

@@ -16,7 +16,7 @@ so it takes plain values: the ``Checkpoint`` record and ``CoreInputs``, never a 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -56,6 +56,8 @@ class Checkpoint:
     max_length: int  # text: tokens; images: 0
     image_dims: list[int]  # images: [C, H, W]
     files: list[str]  # tokenizer / image-processor files, as paths the spec resolves
+    config: dict[str, Any] = field(default_factory=dict)  # config.json as it reads
+    processor: dict[str, Any] = field(default_factory=dict)  # images: the image processor's settings
 
     def file(self, name: str) -> str:
         return f"{self.source.rstrip('/')}/{name}"
@@ -99,6 +101,10 @@ class CheckpointTask(ABC):
     architecture_suffix: ClassVar[str]  # config.architectures names that end so do it (tritonforge init)
     data_description: ClassVar[str]  # what its calibration and evaluation data files are, for errors
     tolerances: ClassVar[dict[str, Entry]] = DEFAULT_TOLERANCES  # per precision, where the entry states none
+
+    def refused(self, ckpt: Checkpoint) -> str | None:
+        """Why the task cannot serve this checkpoint, beyond its ``model_type`` (None: it can)."""
+        return None
 
     # -- the core model -----------------------------------------------------------------------------
 

@@ -80,3 +80,24 @@ def test_a_checkpoint_pipeline_names_only_the_processing_contracts_tensors(tmp_p
     tensors |= {t.name for e in spec.ensembles for t in [*e.inputs, *e.outputs]}
     assert tensors - core <= declared(processing_contract)
     assert {k for pm in spec.python_models for k in pm.parameters} == {processing_contract.MAX_LENGTH}
+
+
+def test_a_detectors_models_name_only_their_contracts_tensors_and_parameters(tmp_path: Path) -> None:
+    """The detectors' processing models and pipelines (a DETR checkpoint's, a YOLO-style graph's)
+    take, give and are configured with names the detection contract (and the image processor's)
+    declares, beyond the core model's own tensors."""
+    from builder.python_models.hf_image_processor import contract as image_contract
+    from builder.python_models.hf_object_detection import contract as detection_contract
+    from tests.builder.fixtures import detectors
+
+    models = [
+        {"name": "detr", "source": str(detectors.detr(tmp_path / "detr")), "task": "object-detection"},
+        {"name": "yolo", "source": str(detectors.yolo(tmp_path / "yolo.onnx")), "task": "object-detection"},
+    ]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
+    spec = load_spec(tmp_path / "models.yaml")
+    core = {t.name for m in spec.models for t in [*m.inputs, *m.outputs]}
+    tensors = {t.name for pm in spec.python_models for t in [*pm.inputs, *pm.outputs]}
+    tensors |= {t.name for e in spec.ensembles for t in [*e.inputs, *e.outputs]}
+    assert tensors - core <= declared(detection_contract) | declared(image_contract)
+    assert {k for pm in spec.python_models for k in pm.parameters} <= declared(detection_contract)

@@ -19,7 +19,8 @@ from tests.builder.sources.entries import model
         (model("models/m.onnx"), "onnx"),
         (model("zoo.resnet:resnet18"), "factory"),
         (model("checkpoints/bert", task="text-classification"), "checkpoint"),
-        (model("zoo/minilm.onnx", task="feature-extraction"), "checkpoint"),  # the task decides
+        # a graph's form decides: an object detector's graph names its task too
+        (model("models/det.onnx", task="object-detection", detection={}), "onnx"),
     ],
 )
 def test_each_form_is_of_one_kind(entry: ModelSpec, kind: str) -> None:

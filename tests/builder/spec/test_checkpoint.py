@@ -129,3 +129,15 @@ def test_init_writes_the_task_config_architectures_name(
     assert main(["init", str(masked), "--task", "feature-extraction", "--name", "enc"]) == 0
     (entry,) = yaml.safe_load(capsys.readouterr().out)["models"]
     assert entry["task"] == "feature-extraction" and entry["name"] == "enc"
+
+
+def test_a_config_image_size_of_height_and_width_sizes_the_pixels() -> None:
+    """YOLOS's config gives image_size as [height, width]; a processor that keeps the aspect ratio
+    names no size, so the config's is the fallback."""
+    from types import SimpleNamespace
+
+    from builder.spec.checkpoint import _image_size
+
+    keeps_aspect = SimpleNamespace(size={"shortest_edge": 64, "longest_edge": 96}, crop_size=None)
+    assert _image_size(keeps_aspect, SimpleNamespace(image_size=[64, 96])) == (64, 96)
+    assert _image_size(keeps_aspect, SimpleNamespace(image_size=32)) == (32, 32)

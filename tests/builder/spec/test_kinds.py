@@ -19,7 +19,8 @@ from tests.builder.sources.entries import model
     [
         (model("models/m.onnx"), ModelSourceKind.ONNX),
         (model("zoo.resnet:resnet18"), ModelSourceKind.FACTORY),
-        (model("zoo/minilm.onnx", task="feature-extraction"), ModelSourceKind.CHECKPOINT),
+        (model("checkpoints/minilm", task="feature-extraction"), ModelSourceKind.CHECKPOINT),
+        (model("models/det.onnx", task="object-detection", detection={}), ModelSourceKind.ONNX),
     ],
 )
 def test_the_entry_records_its_kind_and_the_sources_answer_by_it(

@@ -1,0 +1,1 @@
+../../../clients/detection_contract.py

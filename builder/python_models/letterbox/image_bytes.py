@@ -1,0 +1,1 @@
+../shared/image_bytes.py
