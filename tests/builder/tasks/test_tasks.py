@@ -27,7 +27,10 @@ from tests.builder.code_edits import CodeEdits
 from tests.builder.fixtures import hf_checkpoints as hf
 from tests.builder.sources.entries import model
 
-NAMES = ["feature-extraction", "text-classification", "token-classification", "image-classification"]
+NAMES = [
+    "feature-extraction", "text-classification", "token-classification", "text-ranking",
+    "image-classification",
+]  # fmt: skip
 
 
 class FillMask(TextTask):
@@ -56,12 +59,16 @@ def test_the_registry_is_keyed_by_each_tasks_name_and_names_what_transformers_ha
     from transformers.models.auto import modeling_auto
 
     assert list(TASKS) == NAMES and all(t.name == name for name, t in TASKS.items())
-    assert [t.modality for t in TASKS.values()] == [Modality.TEXT] * 3 + [Modality.IMAGE]
+    assert [t.modality for t in TASKS.values()] == [Modality.TEXT] * 4 + [Modality.IMAGE]
     for t in TASKS.values():
         assert hasattr(transformers, t.auto_class) and hasattr(modeling_auto, t.mapping)
     assert task_for_architecture("BertForTokenClassification") is TASKS["token-classification"]
     assert task_for_architecture("ViTModel") is TASKS["feature-extraction"]
     assert task_for_architecture("BertForMaskedLM") is None
+    # two tasks end in ForSequenceClassification: the first, unless the other claims the config
+    assert task_for_architecture("BertForSequenceClassification") is TASKS["text-classification"]
+    one_label = {"id2label": {"0": "LABEL_0"}}
+    assert task_for_architecture("BertForSequenceClassification", one_label) is TASKS["text-ranking"]
 
 
 @pytest.mark.parametrize("name", ["summarization", None, 3])
