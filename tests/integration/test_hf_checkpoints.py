@@ -1,6 +1,7 @@
-"""Hugging Face checkpoints of the four tasks, given as ``name``, ``source`` and ``task``, build into
+"""Hugging Face checkpoints of the five tasks, given as ``name``, ``source`` and ``task``, build into
 one repository, serve from one tritonserver, and answer as transformers' own ``pipeline`` does for
-the same folder: embeddings (cosine), labels and scores, per-token labels and grouped entities."""
+the same folder: embeddings (cosine), labels and scores, per-token labels and grouped entities; a
+cross-encoder's pair scores as sentence-transformers' ``CrossEncoder.predict``."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hf.bert(root / "sentiment", "sequence")
     hf.bert(root / "ner", "token")
     hf.vit(root / "vit")
+    hf.cross_encoder(root / "ranker")
     (root / "texts.txt").write_text("\n".join(hf.TEXTS) + "\n", encoding="utf-8")
     for folder, seeds in (("calib", range(10, 18)), ("eval", range(20, 24))):
         (root / folder).mkdir()
@@ -48,6 +50,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {"name": "vision", "source": "vit", "task": "image-classification",
          "precisions": ["fp32", "fp16", "int8"], "calibration": {"data": "calib"},
          "evaluation": {"data": "eval"}},
+        {"name": "ranker", "source": "ranker", "task": "text-ranking",
+         "precisions": ["fp32", "int8_dynamic"]},
     ]  # fmt: skip
     (root / "models.yaml").write_text(yaml.safe_dump({"models": models}, sort_keys=False))
     return root
@@ -155,6 +159,46 @@ def test_image_classification_matches_the_pipeline(server: TritonServer, project
         np.testing.assert_allclose(result.as_numpy("SCORES")[i], ordered, atol=SCORE_TOLERANCE)
 
 
+# Pairs of the fixtures' words: short ones, and a document longer than the checkpoint's 64 tokens
+# (cut, never the query: only_second, which CrossEncoder's longest_first does too for a short query).
+PAIRS = [(q, d) for q in hf.QUERIES for d in hf.TEXTS] + [(hf.QUERIES[0], " ".join(hf.TEXTS * 6))]
+
+
+def _rank(server: TritonServer, pairs: list[tuple[str, str]]) -> Any:
+    client = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
+    tensors = []
+    for name, column in (("TEXT", [q for q, _ in pairs]), ("TEXT_PAIR", [d for _, d in pairs])):
+        data = np.array([[t.encode()] for t in column], dtype=object)
+        tensors.append(grpcclient.InferInput(name, list(data.shape), "BYTES"))
+        tensors[-1].set_data_from_numpy(data)
+    return client.infer("ranker_pipeline", tensors)
+
+
+def test_text_ranking_matches_cross_encoder_predict_alone_and_in_any_batch(
+    server: TritonServer, project: Path
+) -> None:
+    from sentence_transformers import CrossEncoder
+
+    manifest = json.loads((project / "model_repository" / "manifest.json").read_text())
+    served = manifest["models"]["ranker"]["served"]
+    tolerance = 1e-4 if served == "fp32" else 0.25 / 4  # the logit's max_abs through a sigmoid
+    expected = CrossEncoder(str(project / "ranker")).predict(PAIRS)
+    together = _rank(server, PAIRS[:8])  # a request of the model's max_batch_size, padded to its longest
+    alone = [float(_rank(server, [pair]).as_numpy("SCORE")[0, 0]) for pair in PAIRS]
+    np.testing.assert_allclose(together.as_numpy("SCORE")[:, 0], expected[:8], atol=tolerance)
+    np.testing.assert_allclose(alone, expected, atol=tolerance)
+    np.testing.assert_allclose(together.as_numpy("SCORE")[:, 0], alone[:8], atol=1e-5)
+    tokens = _rank(server, PAIRS[-2:]).as_numpy("NUM_TOKENS")[:, 0].tolist()
+    assert tokens[0] < 64 < tokens[1]  # the long pair's length before it was cut to 64
+
+
+def test_a_query_too_long_for_its_document_fails_with_the_reason(server: TritonServer) -> None:
+    with pytest.raises(
+        InferenceServerException, match="cannot tokenize to 64 tokens, truncation only_second"
+    ):
+        _rank(server, [(" ".join(hf.TEXTS * 6), "paris is a city")])
+
+
 PIPELINES = {
     "embed_pipeline": ("TEXT", ["LAST_HIDDEN_STATE", "EMBEDDING"]),
     "sentiment_pipeline": ("TEXT", ["LABEL", "SCORE", "SCORES"]),
@@ -216,7 +260,7 @@ def test_every_variant_was_verified_against_the_checkpoint(server: TritonServer,
     onnxruntime = {v: r["passed"] for v, r in vision.items() if r["runtime"] == "onnxruntime"}
     assert onnxruntime == {"fp32": True, "fp16": True, "int8": True}
     assert {r["runtime"] for r in vision.values()} == {"onnxruntime", "openvino"}
-    for name in ("embed", "sentiment", "ner"):
+    for name in ("embed", "sentiment", "ner", "ranker"):
         assert manifest["models"][name]["verification"]["fp32"]["passed"]
 
 
