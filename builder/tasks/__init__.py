@@ -49,4 +49,4 @@ def task_for_architecture(architecture: str, config: dict[str, Any] | None = Non
     several, the one that claims the checkpoint's ``config`` (one label: text-ranking), else the first."""
     found = [t for t in TASKS.values() if architecture.endswith(t.architecture_suffix)]
     claimed = [t for t in found if config is not None and t.claims(config)]
-    return (claimed or found or [None])[0]
+    return next(iter(claimed or found), None)

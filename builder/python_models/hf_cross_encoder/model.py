@@ -11,6 +11,7 @@ raises ValueError), which the builder asks when the spec loads. The helpers impo
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ except ImportError:  # imported as a library (tests, the builder)
     pb_utils = None
 
 # torch.nn activations a checkpoint may name, by class name, as numpy functions of float32 logits.
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[NDArray[Any]], NDArray[Any]]] = {
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "Identity": lambda x: x,
     "Tanh": np.tanh,
