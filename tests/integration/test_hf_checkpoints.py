@@ -1,7 +1,8 @@
 """Hugging Face checkpoints of the five tasks, given as ``name``, ``source`` and ``task``, build into
 one repository, serve from one tritonserver, and answer as transformers' own ``pipeline`` does for
 the same folder: embeddings (cosine), labels and scores, per-token labels and grouped entities; a
-cross-encoder's pair scores as sentence-transformers' ``CrossEncoder.predict``."""
+cross-encoder's pair scores as sentence-transformers' ``CrossEncoder.predict``, and through the
+OpenAI endpoint's /v1/rerank and /v1/score, for the Cohere SDK and the Jina CLI's client too."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from tritonclient.utils import InferenceServerException
 from builder.pipeline import build
 from builder.records import BuildOptions
 from builder.server import TritonServer
+from openai_frontend.app import Settings
+from openai_frontend.server import OpenAIServer
+from openai_frontend.triton import TritonEngine
 from tests.builder.fixtures import hf_checkpoints as hf
 
 pytestmark = pytest.mark.integration
@@ -197,6 +201,111 @@ def test_a_query_too_long_for_its_document_fails_with_the_reason(server: TritonS
         InferenceServerException, match="cannot tokenize to 64 tokens, truncation only_second"
     ):
         _rank(server, [(" ".join(hf.TEXTS * 6), "paris is a city")])
+
+
+KEY = "k3y"
+
+
+@pytest.fixture(scope="module")
+def endpoint(server: TritonServer) -> Iterator[str]:
+    """The OpenAI endpoint over this server: its base URL, without ``/v1``."""
+    with OpenAIServer(Settings(api_key=KEY), TritonEngine(server.grpc_url), port=0) as running:
+        yield running.url.removesuffix("/v1")
+
+
+def _post(endpoint: str, path: str, body: dict[str, Any]) -> Any:
+    import httpx
+
+    return httpx.post(endpoint + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+
+
+def test_rerank_and_score_through_the_endpoint_are_the_pipelines(
+    endpoint: str, server: TritonServer, project: Path
+) -> None:
+    documents = [d for q, d in PAIRS if q == hf.QUERIES[0]]
+    served = [
+        float(x) for x in _rank(server, [(hf.QUERIES[0], d) for d in documents]).as_numpy("SCORE")[:, 0]
+    ]
+    body = _post(endpoint, "/v1/rerank", {"query": hf.QUERIES[0], "documents": documents,
+                                          "truncate_prompt_tokens": -1}).json()  # fmt: skip
+    assert body["model"] == "ranker_pipeline" and len(body["results"]) == len(documents)
+    best_first = sorted(range(len(documents)), key=lambda i: -served[i])
+    assert [r["index"] for r in body["results"]] == best_first
+    for r in body["results"]:
+        assert r["relevance_score"] == pytest.approx(served[r["index"]], abs=1e-6)
+        assert r["document"] == {"text": documents[r["index"]], "multi_modal": None}
+    counts = _rank(server, [(hf.QUERIES[0], d) for d in documents]).as_numpy("NUM_TOKENS")[:, 0]
+    assert body["usage"]["prompt_tokens"] == sum(min(int(n), 64) for n in counts)  # the long one as cut
+    scored = _post(endpoint, "/v1/score", {"queries": hf.QUERIES[0], "documents": documents[:3]}).json()
+    assert [d["score"] for d in scored["data"]] == pytest.approx(served[:3], abs=1e-6)
+    too_long = _post(endpoint, "/v1/rerank", {"query": hf.QUERIES[0], "documents": documents})
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "input_tokens"
+    wrong = _post(endpoint, "/v1/rerank", {"model": "embed_pipeline", "query": "a", "documents": ["b"]})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "model"
+
+
+def test_the_cohere_sdk_and_the_jina_cli_client_rerank_through_the_endpoint(
+    endpoint: str, server: TritonServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cohere
+    from jina_cli import api as jina
+
+    documents = hf.TEXTS
+    served = _rank(server, [(hf.QUERIES[1], d) for d in documents]).as_numpy("SCORE")[:, 0]
+    best = sorted(range(len(documents)), key=lambda i: -served[i])[:2]
+    v1 = cohere.Client(api_key=KEY, base_url=endpoint)  # POST /v1/rerank
+    v2 = cohere.ClientV2(api_key=KEY, base_url=endpoint)  # POST /v2/rerank
+    for client in (v1, v2):
+        reply = client.rerank(model="ranker_pipeline", query=hf.QUERIES[1], documents=documents, top_n=2)
+        assert [r.index for r in reply.results] == best
+        assert [r.relevance_score for r in reply.results] == pytest.approx(
+            [served[i] for i in best], abs=1e-6
+        )
+    objects = v1.rerank(
+        query=hf.QUERIES[1], documents=[{"text": d} for d in documents], return_documents=False
+    )
+    assert [r.index for r in objects.results][:2] == best and objects.results[0].document is None
+    monkeypatch.setattr(jina, "API_BASE", endpoint)  # the client's one address, api.jina.ai
+    results = jina.rerank(hf.QUERIES[1], documents, api_key=KEY, model="ranker_pipeline", top_n=2)
+    assert [r["index"] for r in results] == best
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_client_reranker_ranks_as_cross_encoder_rank(
+    server: TritonServer, project: Path, protocol: str
+) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from clients import Reranker
+
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    documents = [*hf.TEXTS, *hf.TEXTS[::-1]]  # more than the model's max_batch_size: split and joined
+    with Reranker(url, "ranker_pipeline") as reranker:
+        ranked = reranker.rerank(hf.QUERIES[0], documents, top_n=3)
+        assert reranker.score([]).shape == (0,)
+    expected = CrossEncoder(str(project / "ranker")).rank(hf.QUERIES[0], documents, top_k=3)
+    assert [r.index for r in ranked] == [e["corpus_id"] for e in expected]
+    assert [r.score for r in ranked] == pytest.approx([e["score"] for e in expected], abs=1e-4)
+    assert ranked[0].document == documents[ranked[0].index]
+
+
+def test_the_command_line_reranks(server: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from clients.__main__ import main
+
+    args = [
+        "-u",
+        server.grpc_url,
+        "rerank",
+        hf.QUERIES[1],
+        *hf.TEXTS,
+        "--model",
+        "ranker_pipeline",
+        "--top-n",
+        "2",
+    ]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed) == 2 and printed[0]["score"] >= printed[1]["score"]
 
 
 PIPELINES = {
