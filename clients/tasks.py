@@ -93,12 +93,16 @@ class Reranker:
         scores = _only({n: t for n, t in info.outputs.items() if t.datatype == "FP32"}, "FP32 output", info)
         if not pairs:
             return np.zeros((0,), dtype=np.float32)
+        # Sent shortest first, so that each request of the split batch pads its pairs to a like length.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
         data = {
-            spec.name: _strings([pair[column].encode("utf-8") for pair in pairs], spec)
+            spec.name: _strings([pairs[i][column].encode("utf-8") for i in order], spec)
             for column, spec in enumerate(texts)
         }
         result = self.client.infer(self.model, data, [scores.name], timeout=timeout)[scores.name]
-        return result.reshape(len(pairs)).astype(np.float32, copy=False)
+        out = np.empty(len(pairs), dtype=np.float32)
+        out[order] = result.reshape(len(pairs))
+        return out
 
     def rerank(
         self, query: str, documents: Sequence[str], top_n: int | None = None, timeout: float | None = None

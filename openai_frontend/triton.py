@@ -155,15 +155,21 @@ class TritonEngine:
         self, model: Reranker, pairs: Sequence[tuple[str, str]]
     ) -> tuple[np.ndarray[Any, Any], list[int]]:
         """Each pair's score ([len] float32) and its tokens before truncation (0 each when the model
-        does not count them); batches of the model's max_batch_size at once."""
+        does not count them); batches of the model's max_batch_size at once, of pairs of like
+        length (sorted by characters, as sentence-transformers sorts a batch), so that little of a
+        batch is padding."""
         size = model.batch or len(pairs)
-        batches = [list(pairs[i : i + size]) for i in range(0, len(pairs), size)]
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        batches = [[pairs[i] for i in order[j : j + size]] for j in range(0, len(pairs), size)]
         try:
             done = await asyncio.gather(*[self._pairs_infer(model, b) for b in batches])
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
-        scores = np.concatenate([s for s, _ in done]).reshape(len(pairs)).astype(np.float32, copy=False)
-        tokens = [int(n) for _, counts in done for n in counts]
+        scores = np.empty(len(pairs), dtype=np.float32)
+        tokens = [0] * len(pairs)
+        taken = ((s, n) for batch_scores, counts in done for s, n in zip(batch_scores, counts, strict=True))
+        for i, (s, n) in zip(order, taken, strict=True):
+            scores[i], tokens[i] = s, int(n)
         return scores, tokens
 
     async def _pairs_infer(
