@@ -31,6 +31,7 @@ BENCHMARKS = [
     "llm",
     "llm_aiperf",
     "llm_openai_cpu",
+    "rerank",
 ]
 
 
