@@ -178,20 +178,40 @@ def _rank(server: TritonServer, pairs: list[tuple[str, str]]) -> Any:
     return client.infer("ranker_pipeline", tensors)
 
 
+# Ten different documents, more than the ranker's max_batch_size (8): split into requests and joined.
+DOCUMENTS = [
+    *hf.TEXTS,
+    *hf.QUERIES,
+    "the dog ran in the park",
+    "a very good film",
+    "tea and coffee",
+    "bad tea",
+]
+
+
+@pytest.fixture(scope="module")
+def margins(project: Path) -> tuple[float, float]:
+    """How far the served ranker's scores may be from CrossEncoder.predict's, and from its own for
+    the same pair in another batch: the fp32 variant's 1e-4 and 1e-5; an int8_dynamic variant's
+    logit max_abs through a sigmoid (<= 1/4 of it) for both, since ONNX Runtime's dynamic
+    quantization takes one scale for a whole batch (docs/spec.md)."""
+    manifest = json.loads((project / "model_repository" / "manifest.json").read_text())
+    served = manifest["models"]["ranker"]["served"]
+    return (SCORE_TOLERANCE, 1e-5) if served.startswith("fp32") else (0.25 / 4, 0.25 / 4)
+
+
 def test_text_ranking_matches_cross_encoder_predict_alone_and_in_any_batch(
-    server: TritonServer, project: Path
+    server: TritonServer, project: Path, margins: tuple[float, float]
 ) -> None:
     from sentence_transformers import CrossEncoder
 
-    manifest = json.loads((project / "model_repository" / "manifest.json").read_text())
-    served = manifest["models"]["ranker"]["served"]
-    tolerance = 1e-4 if served == "fp32" else 0.25 / 4  # the logit's max_abs through a sigmoid
+    tolerance, between = margins
     expected = CrossEncoder(str(project / "ranker")).predict(PAIRS)
     together = _rank(server, PAIRS[:8])  # a request of the model's max_batch_size, padded to its longest
     alone = [float(_rank(server, [pair]).as_numpy("SCORE")[0, 0]) for pair in PAIRS]
     np.testing.assert_allclose(together.as_numpy("SCORE")[:, 0], expected[:8], atol=tolerance)
     np.testing.assert_allclose(alone, expected, atol=tolerance)
-    np.testing.assert_allclose(together.as_numpy("SCORE")[:, 0], alone[:8], atol=1e-5)
+    np.testing.assert_allclose(together.as_numpy("SCORE")[:, 0], alone[:8], atol=between)
     tokens = _rank(server, PAIRS[-2:]).as_numpy("NUM_TOKENS")[:, 0].tolist()
     assert tokens[0] < 64 < tokens[1]  # the long pair's length before it was cut to 64
 
@@ -219,25 +239,29 @@ def _post(endpoint: str, path: str, body: dict[str, Any]) -> Any:
     return httpx.post(endpoint + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
 
 
+def _alone(server: TritonServer, query: str, documents: list[str]) -> list[float]:
+    """The pipeline's score of each pair sent on its own."""
+    return [float(_rank(server, [(query, d)]).as_numpy("SCORE")[0, 0]) for d in documents]
+
+
 def test_rerank_and_score_through_the_endpoint_are_the_pipelines(
-    endpoint: str, server: TritonServer, project: Path
+    endpoint: str, server: TritonServer, margins: tuple[float, float]
 ) -> None:
+    between = margins[1]
     documents = [d for q, d in PAIRS if q == hf.QUERIES[0]]
-    served = [
-        float(x) for x in _rank(server, [(hf.QUERIES[0], d) for d in documents]).as_numpy("SCORE")[:, 0]
-    ]
+    served = _alone(server, hf.QUERIES[0], documents)
     body = _post(endpoint, "/v1/rerank", {"query": hf.QUERIES[0], "documents": documents,
                                           "truncate_prompt_tokens": -1}).json()  # fmt: skip
     assert body["model"] == "ranker_pipeline" and len(body["results"]) == len(documents)
-    best_first = sorted(range(len(documents)), key=lambda i: -served[i])
-    assert [r["index"] for r in body["results"]] == best_first
+    got = [r["relevance_score"] for r in body["results"]]
+    assert got == sorted(got, reverse=True)  # best first
     for r in body["results"]:
-        assert r["relevance_score"] == pytest.approx(served[r["index"]], abs=1e-6)
+        assert r["relevance_score"] == pytest.approx(served[r["index"]], abs=between)
         assert r["document"] == {"text": documents[r["index"]], "multi_modal": None}
     counts = _rank(server, [(hf.QUERIES[0], d) for d in documents]).as_numpy("NUM_TOKENS")[:, 0]
     assert body["usage"]["prompt_tokens"] == sum(min(int(n), 64) for n in counts)  # the long one as cut
     scored = _post(endpoint, "/v1/score", {"queries": hf.QUERIES[0], "documents": documents[:3]}).json()
-    assert [d["score"] for d in scored["data"]] == pytest.approx(served[:3], abs=1e-6)
+    assert [d["score"] for d in scored["data"]] == pytest.approx(served[:3], abs=between)
     too_long = _post(endpoint, "/v1/rerank", {"query": hf.QUERIES[0], "documents": documents})
     assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "input_tokens"
     wrong = _post(endpoint, "/v1/rerank", {"model": "embed_pipeline", "query": "a", "documents": ["b"]})
@@ -245,48 +269,53 @@ def test_rerank_and_score_through_the_endpoint_are_the_pipelines(
 
 
 def test_the_cohere_sdk_and_the_jina_cli_client_rerank_through_the_endpoint(
-    endpoint: str, server: TritonServer, monkeypatch: pytest.MonkeyPatch
+    endpoint: str, server: TritonServer, margins: tuple[float, float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import cohere
     from jina_cli import api as jina
 
-    documents = hf.TEXTS
-    served = _rank(server, [(hf.QUERIES[1], d) for d in documents]).as_numpy("SCORE")[:, 0]
-    best = sorted(range(len(documents)), key=lambda i: -served[i])[:2]
+    between = margins[1]
+    served = _alone(server, hf.QUERIES[1], DOCUMENTS)
+
+    def check(indexes: list[int], scores: list[float]) -> None:
+        assert len(indexes) == 2 and scores == sorted(scores, reverse=True)
+        assert scores == pytest.approx([served[i] for i in indexes], abs=between)
+        assert min(scores) >= sorted(served)[-3] - between  # two of the best three
+
     v1 = cohere.Client(api_key=KEY, base_url=endpoint)  # POST /v1/rerank
     v2 = cohere.ClientV2(api_key=KEY, base_url=endpoint)  # POST /v2/rerank
     for client in (v1, v2):
-        reply = client.rerank(model="ranker_pipeline", query=hf.QUERIES[1], documents=documents, top_n=2)
-        assert [r.index for r in reply.results] == best
-        assert [r.relevance_score for r in reply.results] == pytest.approx(
-            [served[i] for i in best], abs=1e-6
-        )
+        reply = client.rerank(model="ranker_pipeline", query=hf.QUERIES[1], documents=DOCUMENTS, top_n=2)
+        check([r.index for r in reply.results], [r.relevance_score for r in reply.results])
     objects = v1.rerank(
-        query=hf.QUERIES[1], documents=[{"text": d} for d in documents], return_documents=False
+        query=hf.QUERIES[1], documents=[{"text": d} for d in DOCUMENTS], return_documents=False
     )
-    assert [r.index for r in objects.results][:2] == best and objects.results[0].document is None
+    assert len(objects.results) == len(DOCUMENTS) and objects.results[0].document is None
     monkeypatch.setattr(jina, "API_BASE", endpoint)  # the client's one address, api.jina.ai
-    results = jina.rerank(hf.QUERIES[1], documents, api_key=KEY, model="ranker_pipeline", top_n=2)
-    assert [r["index"] for r in results] == best
+    results = jina.rerank(hf.QUERIES[1], DOCUMENTS, api_key=KEY, model="ranker_pipeline", top_n=2)
+    check([r["index"] for r in results], [r["relevance_score"] for r in results])
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_the_client_reranker_ranks_as_cross_encoder_rank(
-    server: TritonServer, project: Path, protocol: str
+    server: TritonServer, project: Path, margins: tuple[float, float], protocol: str
 ) -> None:
     from sentence_transformers import CrossEncoder
 
     from clients import Reranker
 
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    documents = [*hf.TEXTS, *hf.TEXTS[::-1]]  # more than the model's max_batch_size: split and joined
     with Reranker(url, "ranker_pipeline") as reranker:
-        ranked = reranker.rerank(hf.QUERIES[0], documents, top_n=3)
+        ranked = reranker.rerank(hf.QUERIES[0], DOCUMENTS)
+        scores = reranker.score([(hf.QUERIES[0], d) for d in DOCUMENTS])
         assert reranker.score([]).shape == (0,)
-    expected = CrossEncoder(str(project / "ranker")).rank(hf.QUERIES[0], documents, top_k=3)
-    assert [r.index for r in ranked] == [e["corpus_id"] for e in expected]
-    assert [r.score for r in ranked] == pytest.approx([e["score"] for e in expected], abs=1e-4)
-    assert ranked[0].document == documents[ranked[0].index]
+    expected = CrossEncoder(str(project / "ranker")).predict([(hf.QUERIES[0], d) for d in DOCUMENTS])
+    np.testing.assert_allclose(scores, expected, atol=margins[0])
+    assert [r.score for r in ranked] == sorted(scores.tolist(), reverse=True)
+    assert [r.document for r in ranked] == [DOCUMENTS[r.index] for r in ranked]
+    if margins[1] < 1e-4:  # fp32: the order is CrossEncoder.rank's
+        order = CrossEncoder(str(project / "ranker")).rank(hf.QUERIES[0], DOCUMENTS)
+        assert [r.index for r in ranked] == [e["corpus_id"] for e in order]
 
 
 def test_the_command_line_reranks(server: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
