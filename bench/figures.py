@@ -26,7 +26,8 @@ OPEN = re.compile(r"<!-- figures: ([^>]*?) -->")
 CLOSE = "<!-- /figures -->"
 # What `make bench` (bench.run) runs, in its order.
 BENCH_RUN = ("serving_efficiency", "dynamic_batching", "vs_pytriton", "vs_per_request", "queue_bound",
-             "build_time", "cpu_runtimes", "detection", "llm", "llm_aiperf", "llm_openai_cpu")  # fmt: skip
+             "build_time", "cpu_runtimes", "detection", "llm", "llm_aiperf", "llm_openai_cpu",
+             "rerank")  # fmt: skip
 NOT_RECORDED = "not recorded"
 
 

@@ -32,6 +32,7 @@ BENCHMARKS = [
     "llm",
     "llm_aiperf",
     "llm_openai_cpu",
+    "rerank",
 ]
 
 

@@ -23,7 +23,7 @@ from .generator import AsyncGenerator, Generation, Generator
 from .model import ModelInfo, TensorInfo
 from .retry import NO_RETRY, RetryPolicy
 from .settings import Settings
-from .tasks import Classifier, Embedder, Prediction
+from .tasks import Classifier, Embedder, Prediction, Ranked, Reranker
 
 __all__ = [
     "NO_RETRY",
@@ -45,7 +45,9 @@ __all__ = [
     "ModelNotFound",
     "ModelNotReady",
     "Prediction",
+    "Ranked",
     "RequestRejected",
+    "Reranker",
     "RetryPolicy",
     "Sequence",
     "ServerUnavailable",

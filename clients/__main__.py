@@ -4,6 +4,7 @@ python -m clients -u 127.0.0.1:8001 ready --model simple
 python -m clients -u 127.0.0.1:8001 metadata simple
 python -m clients -u http://127.0.0.1:8000 infer simple -i INPUT0='[[1,2,...]]' -i INPUT1=ones.npy
 python -m clients -u 127.0.0.1:8001 embed "a sentence" "another one"
+python -m clients -u 127.0.0.1:8001 rerank "a query" "a passage" "another one" --model ranker_pipeline
 python -m clients -u 127.0.0.1:8001 classify cat.jpg dog.png --top-k 3
 python -m clients -u 127.0.0.1:8001 detect street.jpg --model detr_pipeline --threshold 0.7
 python -m clients -u 127.0.0.1:8001 generate "What is the capital of France?" --chat --max-tokens 32
@@ -25,7 +26,7 @@ from .detection import Detector
 from .errors import TritonClientError
 from .generator import Generator
 from .model import ModelInfo
-from .tasks import Classifier, Embedder
+from .tasks import Classifier, Embedder, Reranker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     embed = sub.add_parser("embed", help="print embeddings of texts as JSON")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--model", default="minilm_embed")
+    rerank = sub.add_parser("rerank", help="print documents' relevance to a query as JSON, best first")
+    rerank.add_argument("query")
+    rerank.add_argument("documents", nargs="+")
+    rerank.add_argument("--model", required=True, help="a text-ranking checkpoint's <name>_pipeline")
+    rerank.add_argument("--top-n", type=int)
     classify = sub.add_parser("classify", help="print the top classes of images")
     classify.add_argument("images", nargs="+")
     classify.add_argument("--model", default="efficientnet_lite0_image")
@@ -104,6 +110,11 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "embed":
         with Embedder(args.url, args.model, **kwargs) as embedder:
             print(json.dumps(embedder.embed(args.texts).tolist()))
+        return
+    if args.command == "rerank":
+        with Reranker(args.url, args.model, **kwargs) as reranker:
+            ranked = reranker.rerank(args.query, args.documents, args.top_n)
+            print(json.dumps([{"index": r.index, "score": r.score, "document": r.document} for r in ranked]))
         return
     if args.command == "classify":
         with Classifier(args.url, args.model, **kwargs) as classifier:

@@ -1,6 +1,7 @@
-"""Task clients: text embeddings (`minilm_embed`) and image classification (`efficientnet_lite0_image`).
+"""Task clients: text embeddings (`minilm_embed`), reranking (a `text-ranking` checkpoint's
+`<name>_pipeline`) and image classification (`efficientnet_lite0_image`).
 
-Both find their tensor names in the model's metadata, so they follow the repository, not a copy.
+They find their tensor names in the model's metadata, so they follow the repository, not a copy.
 """
 
 from __future__ import annotations
@@ -57,6 +58,63 @@ class Embedder:
         self.client.close()
 
     def __enter__(self) -> Embedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One document of a reranking: its place in the documents given, its score, the document."""
+
+    index: int
+    score: float
+    document: str
+
+
+class Reranker:
+    """`Reranker(url, "ranker_pipeline").rerank("a query", ["a passage", ...], top_n=3)` -> Ranked,
+    best first (a cross-encoder's relevance, as sentence-transformers' `CrossEncoder.rank` orders it);
+    `.score([(query, passage), ...])` -> float32 [N], each pair's score in order.
+
+    The model takes two texts per item (the query's input first, the document's second, in the
+    metadata's order) and answers one FP32 score per item; pairs beyond its max_batch_size go as
+    concurrent requests, as `Client.infer` splits them."""
+
+    def __init__(self, url: str, model: str, protocol: str | None = None, **options: Unpack[Options]) -> None:
+        self.client, self.model = Client(url, protocol, **options), model
+
+    def score(self, pairs: Sequence[tuple[str, str]], timeout: float | None = None) -> NDArray[np.float32]:
+        info = self.client.model(self.model)
+        texts = [t for t in info.inputs.values() if t.datatype == "BYTES"]
+        if len(texts) != 2 or len(info.inputs) != 2:
+            raise InvalidInput(f"model '{info.name}' must take two texts per item (a query and a document)")
+        scores = _only({n: t for n, t in info.outputs.items() if t.datatype == "FP32"}, "FP32 output", info)
+        if not pairs:
+            return np.zeros((0,), dtype=np.float32)
+        # Sent shortest first, so that each request of the split batch pads its pairs to a like length.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        data = {
+            spec.name: _strings([pairs[i][column].encode("utf-8") for i in order], spec)
+            for column, spec in enumerate(texts)
+        }
+        result = self.client.infer(self.model, data, [scores.name], timeout=timeout)[scores.name]
+        out = np.empty(len(pairs), dtype=np.float32)
+        out[order] = result.reshape(len(pairs))
+        return out
+
+    def rerank(
+        self, query: str, documents: Sequence[str], top_n: int | None = None, timeout: float | None = None
+    ) -> list[Ranked]:
+        scores = self.score([(query, d) for d in documents], timeout=timeout)
+        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))  # stable: ties keep order
+        return [Ranked(i, float(scores[i]), documents[i]) for i in order[:top_n]]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Reranker:
         return self
 
     def __exit__(self, *exc: object) -> None:

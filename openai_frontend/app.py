@@ -1,5 +1,6 @@
 """The FastAPI application: ``create_app(settings, engine)``, one router per endpoint
-(``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``) over the engine
+(``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``, vLLM's
+``/v1/rerank`` and ``/v1/score``) over the engine
 it is given (``app.engine``, as Triton's own OpenAI frontend attaches its engine), behind the
 guard (API key, body size)."""
 
@@ -16,7 +17,7 @@ from . import DEFAULT_MAX_BODY_BYTES
 from .engine import Engine
 from .guard import Guard
 from .protocol import OpenAIError
-from .routes import chat, completions, embeddings, models
+from .routes import chat, completions, embeddings, models, rerank
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def create_app(settings: Settings, engine: Engine) -> EndpointApp:
                       redoc_url=None, openapi_url=None)  # fmt: skip
     app.engine = engine
     app.add_exception_handler(OpenAIError, _error_response)  # type: ignore[arg-type]
-    for route in (models, chat, completions, embeddings):
+    for route in (models, chat, completions, embeddings, rerank):
         app.include_router(route.router)
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
     return app

@@ -1,8 +1,9 @@
 """What the endpoint asks of the engine behind it (as Triton's own OpenAI frontend has its
 ``LLMEngine``, r25.10 ``python/openai/openai_frontend/engine/engine.py``), and the names it answers
 for. The routes do the OpenAI mapping; an engine lists the served models, streams one request's
-responses in the vLLM-backend interface's fields, and embeds texts. ``triton.TritonEngine`` is the
-one the endpoint serves with (tritonserver's gRPC endpoint); a test hands ``create_app`` its own.
+responses in the vLLM-backend interface's fields, embeds texts and scores text pairs.
+``triton.TritonEngine`` is the one the endpoint serves with (tritonserver's gRPC endpoint); a test
+hands ``create_app`` its own.
 """
 
 from __future__ import annotations
@@ -53,11 +54,27 @@ class Embedder:
 
 
 @dataclass(frozen=True)
+class Reranker:
+    """A model that scores (query, document) pairs: a text-ranking pipeline."""
+
+    name: str
+    query_input: str  # the first text of each pair
+    document_input: str  # the second
+    score_output: str
+    batch: int  # the most pairs per Triton request (the model's max_batch_size; 0: no batching)
+    shape_tail: tuple[int, ...]  # each text input's shape after the batch dimension
+    tokens_output: str | None = None  # each pair's tokens before truncation (None: not counted)
+    tokenizer: str | None = None  # the ensemble step that tokenizes the pairs
+    max_tokens: int | None = None  # the tokens a pair may take (its tokenizer's max_length); None: unknown
+
+
+@dataclass(frozen=True)
 class Catalog:
     """The served models this endpoint answers for, by name."""
 
     llms: dict[str, LLM] = field(default_factory=dict)
     embedders: dict[str, Embedder] = field(default_factory=dict)
+    rerankers: dict[str, Reranker] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,13 @@ class Engine(Protocol):
 
     async def embed(self, model: Embedder, texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], list[int]]:
         """The vectors of ``texts`` ([len, D] float32) and each text's token count."""
+        ...
+
+    async def rerank(
+        self, model: Reranker, pairs: Sequence[tuple[str, str]]
+    ) -> tuple[np.ndarray[Any, Any], list[int]]:
+        """Each pair's score ([len] float32) and its tokens before truncation (0 each when the model
+        does not count them)."""
         ...
 
     async def close(self) -> None:

@@ -7,7 +7,8 @@ qualify; a model with a ``messages`` input takes chats (it renders its own chat 
 A model's LoRA adapters (its config parameter ``lora_names``, which the builder writes beside
 ``multi_lora.json``) are models of their own here, as vLLM's own server lists them: a request
 naming one goes to its base model with that ``lora_name``. Text-embedding models (``embedders``)
-are listed beside the LLMs and answer ``/v1/embeddings`` with one ``ModelInfer`` per batch of texts.
+are listed beside the LLMs and answer ``/v1/embeddings`` with one ``ModelInfer`` per batch of texts;
+rerankers (``rerankers``) answer ``/v1/rerank`` and ``/v1/score`` with one per batch of pairs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -28,7 +30,8 @@ from clients.generator import Piece, grpc_request, pieces_of
 from clients.vllm_engine_contract import LORA_NAMES, SAMPLING_DEFAULTS
 
 from .embedders import embedder
-from .engine import LLM, Catalog, Embedder, Route
+from .engine import LLM, Catalog, Embedder, Reranker, Route
+from .rerankers import max_length, reranker
 
 _DTYPES = {"FP32": "<f4", "INT64": "<i8", "INT32": "<i4"}
 REFRESH_S = 2.0  # how long the list of models is reused before Triton is asked again
@@ -124,7 +127,8 @@ class TritonEngine:
         index = await self._stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
         found = Catalog()
         for model in index.models:
-            if model.state != "READY" or model.name in found.llms or model.name in found.embedders:
+            if model.state != "READY" or any(model.name in m for m in (found.llms, found.embedders,
+                                                                        found.rerankers)):  # fmt: skip
                 continue
             reply = await self._stub.ModelConfig(service_pb2.ModelConfigRequest(name=model.name))
             if is_llm(reply.config):
@@ -133,7 +137,58 @@ class TritonEngine:
                 found.llms[model.name] = LLM(model.name, inputs, adapter_names(config), limits_output(config))
             elif (embedding := embedder(reply.config)) is not None:
                 found.embedders[model.name] = embedding
+            elif (ranking := reranker(reply.config)) is not None:
+                found.rerankers[model.name] = await self._with_length(ranking)
         return found
+
+    async def _with_length(self, model: Reranker) -> Reranker:
+        """The reranker with its tokenizer step's ``max_length`` (a step not served: unknown)."""
+        if model.tokenizer is None:
+            return model
+        try:
+            reply = await self._stub.ModelConfig(service_pb2.ModelConfigRequest(name=model.tokenizer))
+        except grpc.aio.AioRpcError:
+            return model
+        return replace(model, max_tokens=max_length(reply.config))
+
+    async def rerank(
+        self, model: Reranker, pairs: Sequence[tuple[str, str]]
+    ) -> tuple[np.ndarray[Any, Any], list[int]]:
+        """Each pair's score ([len] float32) and its tokens before truncation (0 each when the model
+        does not count them); batches of the model's max_batch_size at once, of pairs of like
+        length (sorted by characters, as sentence-transformers sorts a batch), so that little of a
+        batch is padding."""
+        size = model.batch or len(pairs)
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        batches = [[pairs[i] for i in order[j : j + size]] for j in range(0, len(pairs), size)]
+        try:
+            done = await asyncio.gather(*[self._pairs_infer(model, b) for b in batches])
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc) from exc
+        scores = np.empty(len(pairs), dtype=np.float32)
+        tokens = [0] * len(pairs)
+        taken = ((s, n) for batch_scores, counts in done for s, n in zip(batch_scores, counts, strict=True))
+        for i, (s, n) in zip(order, taken, strict=True):
+            scores[i], tokens[i] = s, int(n)
+        return scores, tokens
+
+    async def _pairs_infer(
+        self, model: Reranker, pairs: list[tuple[str, str]]
+    ) -> tuple[np.ndarray[Any, Any], list[int]]:
+        request = service_pb2.ModelInferRequest(model_name=model.name)
+        for name, column in ((model.query_input, 0), (model.document_input, 1)):
+            tensor = request.inputs.add(name=name, datatype="BYTES", shape=[len(pairs), *model.shape_tail])
+            tensor.contents.bytes_contents.extend(pair[column].encode("utf-8") for pair in pairs)
+        wanted = [model.score_output, *([model.tokens_output] if model.tokens_output else [])]
+        for name in wanted:
+            request.outputs.add(name=name)
+        reply = await self._stub.ModelInfer(request)
+        arrays = {
+            out.name: np.frombuffer(reply.raw_output_contents[i], dtype=_DTYPES[out.datatype]).reshape(-1)
+            for i, out in enumerate(reply.outputs)
+        }
+        counts = arrays[model.tokens_output].tolist() if model.tokens_output else [0] * len(pairs)
+        return arrays[model.score_output], [int(n) for n in counts]
 
     async def embed(self, model: Embedder, texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], list[int]]:
         """The vectors of ``texts`` ([len, D] float32) and each text's token count (0 each when the

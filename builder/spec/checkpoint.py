@@ -78,9 +78,9 @@ def read_checkpoint(entry: dict[str, Any], spec_dir: Path, *, spec_file: Path) -
         raise fail(f"'{config_file}' is not JSON: {exc}", "source") from None
     _check_architecture(config, served, config_file, fail)
     ckpt = replace(READERS[served.modality](folder, source, served, fail), config=config)
-    refused = served.refused(ckpt)
-    if refused is not None:
-        raise fail(refused, "task")
+    reason = served.refusal(ckpt)
+    if reason is not None:
+        raise fail(f"'{source}' cannot do {served.name}: {reason}", "task")
     return ckpt
 
 
@@ -104,10 +104,11 @@ def _check_architecture(config: dict[str, Any], served: CheckpointTask, path: Pa
 def task_of(config_file: Path) -> CheckpointTask | None:
     """The task ``config.architectures`` names, when all its classes name the same one."""
     try:
-        architectures = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or []
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        architectures = config.get("architectures") or []
     except (OSError, ValueError, UnicodeDecodeError, AttributeError):
         return None
-    tasks = {task_for_architecture(str(a)) for a in architectures}
+    tasks = {task_for_architecture(str(a), config) for a in architectures}
     return tasks.pop() if len(tasks) == 1 else None
 
 

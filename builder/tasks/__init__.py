@@ -7,11 +7,14 @@ transformers' pipelines and models.yaml's ``task:`` give them (docs/sources.md#a
 
 from __future__ import annotations
 
+from typing import Any
+
 from builder.tasks.base import CheckpointTask
 from builder.tasks.feature_extraction import FeatureExtraction
 from builder.tasks.image_classification import ImageClassification
 from builder.tasks.object_detection import ObjectDetection
 from builder.tasks.text_classification import TextClassification
+from builder.tasks.text_ranking import TextRanking
 from builder.tasks.token_classification import TokenClassification
 
 TASKS: dict[str, CheckpointTask] = {
@@ -20,6 +23,7 @@ TASKS: dict[str, CheckpointTask] = {
         FeatureExtraction(),
         TextClassification(),
         TokenClassification(),
+        TextRanking(),
         ImageClassification(),
         ObjectDetection(),
     )
@@ -42,6 +46,9 @@ def task(name: object) -> CheckpointTask:
     return found
 
 
-def task_for_architecture(architecture: str) -> CheckpointTask | None:
-    """The task a ``config.architectures`` class name ends in (``BertForTokenClassification``)."""
-    return next((t for t in TASKS.values() if architecture.endswith(t.architecture_suffix)), None)
+def task_for_architecture(architecture: str, config: dict[str, Any] | None = None) -> CheckpointTask | None:
+    """The task a ``config.architectures`` class name ends in (``BertForTokenClassification``); of
+    several, the one that claims the checkpoint's ``config`` (one label: text-ranking), else the first."""
+    found = [t for t in TASKS.values() if architecture.endswith(t.architecture_suffix)]
+    claimed = [t for t in found if config is not None and t.claims(config)]
+    return next(iter(claimed or found), None)

@@ -102,9 +102,17 @@ class CheckpointTask(ABC):
     data_description: ClassVar[str]  # what its calibration and evaluation data files are, for errors
     tolerances: ClassVar[dict[str, Entry]] = DEFAULT_TOLERANCES  # per precision, where the entry states none
 
-    def refused(self, ckpt: Checkpoint) -> str | None:
-        """Why the task cannot serve this checkpoint, beyond its ``model_type`` (None: it can)."""
+    # -- the checkpoint -----------------------------------------------------------------------------
+
+    def refusal(self, ckpt: Checkpoint) -> str | None:
+        """Why this checkpoint cannot do the task, beyond its architecture (checked when the spec
+        loads; None: it can)."""
         return None
+
+    def claims(self, config: dict[str, Any]) -> bool:
+        """Whether a checkpoint whose architecture more than one task ends in is this task's, by its
+        ``config.json`` (``tritonforge init``; False: the first task registered for it)."""
+        return False
 
     # -- the core model -----------------------------------------------------------------------------
 

@@ -88,7 +88,7 @@ class ObjectDetection(ImageTask):
     architecture_suffix = "ForObjectDetection"
     tolerances = TOLERANCES
 
-    def refused(self, ckpt: Checkpoint) -> str | None:
+    def refusal(self, ckpt: Checkpoint) -> str | None:
         kind = ckpt.processor.get("image_processor_type")
         if kind not in QUERY_RULES:
             known = ", ".join(QUERY_RULES)

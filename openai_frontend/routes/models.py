@@ -1,4 +1,4 @@
-"""``GET /v1/models``: the LLMs, their LoRA adapters and the embedding models served."""
+"""``GET /v1/models``: the LLMs, their LoRA adapters, the embedding models and the rerankers served."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ async def list_models(request: Request) -> JSONResponse:
         # Its LoRA adapters, as vLLM's own server lists them: their own ids, the base as parent.
         data += [_adapter_card(adapter, name) for adapter in llm.adapters]
     data += [Model(id=name, created=0, object="model", owned_by="tritonforge").model_dump()
-             for name in catalog.embedders]  # fmt: skip
+             for name in [*catalog.embedders, *catalog.rerankers]]  # fmt: skip
     return JSONResponse({"object": "list", "data": data})
 
 

@@ -100,3 +100,40 @@ def test_a_stale_model_list_is_answered_at_once_and_renewed_beside_the_request()
         assert list((await fresh).llms) == ["c"]
 
     asyncio.run(go())
+
+
+class InferStub:
+    """Triton's ModelInfer for a reranker: a pair's score is its document's length; each request's
+    pairs are recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+
+    async def ModelInfer(self, request: Any) -> Any:
+        import numpy as np
+
+        documents = [d.decode() for d in request.inputs[1].contents.bytes_contents]
+        self.sent.append(documents)
+        reply = service_pb2.ModelInferResponse()
+        for name, dtype, values in (
+            ("SCORE", "FP32", np.array([len(d) for d in documents], "<f4")),
+            ("NUM_TOKENS", "INT64", np.array([len(d) + 3 for d in documents], "<i8")),
+        ):
+            reply.outputs.add(name=name, datatype=dtype, shape=[len(documents), 1])
+            reply.raw_output_contents.append(values.tobytes())
+        return reply  # fmt: skip
+
+
+def test_pairs_go_in_batches_of_like_length_and_come_back_in_order() -> None:
+    from openai_frontend.engine import Reranker
+
+    async def go() -> tuple[Any, list[int], list[list[str]]]:
+        engine, stub = TritonEngine("127.0.0.1:1"), InferStub()
+        engine._channel, engine._stub_ = object(), stub  # type: ignore[assignment]
+        model = Reranker("rr", "TEXT", "TEXT_PAIR", "SCORE", 2, (1,), "NUM_TOKENS")
+        scores, tokens = await engine.rerank(model, [("q", d) for d in ("aaaa", "a", "aaaaa", "aa", "aaa")])
+        return scores, tokens, stub.sent
+
+    scores, tokens, sent = asyncio.run(go())
+    assert scores.tolist() == [4, 1, 5, 2, 3] and tokens == [7, 4, 8, 5, 6]
+    assert sent == [["a", "aa"], ["aaa", "aaaa"], ["aaaaa"]]  # shortest first, two a request

@@ -71,6 +71,7 @@ def test_a_checkpoint_pipeline_names_only_the_processing_contracts_tensors(tmp_p
         {"name": "sentiment", "source": str(hf.bert(tmp_path / "sentiment", "sequence")),
          "task": "text-classification"},
         {"name": "ner", "source": str(hf.bert(tmp_path / "ner", "token")), "task": "token-classification"},
+        {"name": "ranks", "source": str(hf.cross_encoder(tmp_path / "ranks")), "task": "text-ranking"},
         {"name": "photos", "source": str(hf.vit(tmp_path / "photos")), "task": "image-classification"},
     ]  # fmt: skip
     (tmp_path / "models.yaml").write_text(yaml.safe_dump({"models": models}))
@@ -79,7 +80,8 @@ def test_a_checkpoint_pipeline_names_only_the_processing_contracts_tensors(tmp_p
     tensors = {t.name for pm in spec.python_models for t in [*pm.inputs, *pm.outputs]}
     tensors |= {t.name for e in spec.ensembles for t in [*e.inputs, *e.outputs]}
     assert tensors - core <= declared(processing_contract)
-    assert {k for pm in spec.python_models for k in pm.parameters} == {processing_contract.MAX_LENGTH}
+    parameters = {k for pm in spec.python_models for k in pm.parameters}
+    assert parameters == {processing_contract.MAX_LENGTH, processing_contract.TRUNCATION}
 
 
 def test_a_detectors_models_name_only_their_contracts_tensors_and_parameters(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_each_request_is_tokenized_as_if_sent_alone(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(tokenizer_model, "pb_utils", FakePb)
     model = object.__new__(tokenizer_model.TritonPythonModel)
     model.names = ["input_ids", "attention_mask"]
-    model.max_length = 64
+    model.inputs, model.max_length, model.truncation = ["TEXT"], 64, True
     model.tokenizer = tokenizer_model.load_tokenizer(tmp_path)
     short, long = request("paris"), request("the cat sat on the mat and then it sat on the hat", "a b")
     together = model.execute([short, long])
@@ -58,6 +58,30 @@ def test_each_request_is_tokenized_as_if_sent_alone(tmp_path: Path, monkeypatch:
             np.testing.assert_array_equal(got.outputs[name], want.outputs[name])
     assert together[0].outputs["attention_mask"].all()  # no padding to the other request's length
     assert not together[1].outputs["attention_mask"][1].all()  # within a request, padded to its longest
+
+
+def pairs(*rows: tuple[str, str]) -> dict[str, Any]:
+    return {"TEXT": np.array([[q.encode()] for q, _ in rows], dtype=object),
+            "TEXT_PAIR": np.array([[d.encode()] for _, d in rows], dtype=object)}  # fmt: skip
+
+
+def test_pairs_are_tokenized_per_request_and_a_query_too_long_fails_its_request_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hf.save_tokenizer(tmp_path)
+    monkeypatch.setattr(tokenizer_model, "pb_utils", FakePb)
+    model = object.__new__(tokenizer_model.TritonPythonModel)
+    model.names = ["input_ids", "token_type_ids", "attention_mask", "NUM_TOKENS"]
+    model.inputs, model.max_length, model.truncation = ["TEXT", "TEXT_PAIR"], 10, "only_second"
+    model.tokenizer = tokenizer_model.load_tokenizer(tmp_path)
+    good = pairs(("where is the cat", "the cat sat on the mat"), ("paris", "is a city"))
+    too_long, uneven = pairs(("the cat sat on the mat and the dog ran in the park", "a")), pairs(("a", "b"))
+    uneven["TEXT_PAIR"] = uneven["TEXT_PAIR"][:0]
+    answers = model.execute([good, too_long, uneven])
+    assert answers[0].error is None and answers[0].outputs["NUM_TOKENS"].tolist() == [[13], [7]]
+    assert answers[0].outputs["token_type_ids"][0].tolist() == [0] * 6 + [1] * 4  # the document cut
+    assert "cannot tokenize to 10 tokens, truncation only_second" in answers[1].error.message
+    assert "TEXT and TEXT_PAIR must hold as many texts each" in answers[2].error.message
 
 
 def rotated_jpeg() -> tuple[bytes, Image.Image]:

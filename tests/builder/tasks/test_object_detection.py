@@ -88,11 +88,11 @@ def test_yolos_pads_without_a_mask_its_forward_does_not_take() -> None:
 
 
 def test_a_processor_whose_reading_is_unknown_is_refused_naming_it() -> None:
-    refused = task("object-detection").refused(
+    refused = task("object-detection").refusal(
         detector({"image_processor_type": "PPDocLayoutV2ImageProcessor"})
     )
     assert refused is not None and refused.startswith("the image processor PPDocLayoutV2ImageProcessor")
-    assert task("object-detection").refused(detector(DETR)) is None
+    assert task("object-detection").refusal(detector(DETR)) is None
 
 
 # -- the metric ----------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from tests.builder.fixtures import hf_checkpoints as hf
 from tests.builder.sources.entries import model
 
 NAMES = [
-    "feature-extraction", "text-classification", "token-classification", "image-classification",
-    "object-detection",
+    "feature-extraction", "text-classification", "token-classification", "text-ranking",
+    "image-classification", "object-detection",
 ]  # fmt: skip
 
 
@@ -59,13 +59,17 @@ def test_the_registry_is_keyed_by_each_tasks_name_and_names_what_transformers_ha
     from transformers.models.auto import modeling_auto
 
     assert list(TASKS) == NAMES and all(t.name == name for name, t in TASKS.items())
-    assert [t.modality for t in TASKS.values()] == [Modality.TEXT] * 3 + [Modality.IMAGE] * 2
+    assert [t.modality for t in TASKS.values()] == [Modality.TEXT] * 4 + [Modality.IMAGE] * 2
     for t in TASKS.values():
         assert hasattr(transformers, t.auto_class) and hasattr(modeling_auto, t.mapping)
     assert task_for_architecture("BertForTokenClassification") is TASKS["token-classification"]
     assert task_for_architecture("ViTModel") is TASKS["feature-extraction"]
     assert task_for_architecture("DetrForObjectDetection") is TASKS["object-detection"]
     assert task_for_architecture("BertForMaskedLM") is None
+    # two tasks end in ForSequenceClassification: the first, unless the other claims the config
+    assert task_for_architecture("BertForSequenceClassification") is TASKS["text-classification"]
+    one_label = {"id2label": {"0": "LABEL_0"}}
+    assert task_for_architecture("BertForSequenceClassification", one_label) is TASKS["text-ranking"]
 
 
 @pytest.mark.parametrize("name", ["summarization", None, 3])

@@ -1,0 +1,1 @@
+../shared/processing_contract.py
