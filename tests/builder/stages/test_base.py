@@ -75,7 +75,7 @@ def test_changed_inputs_rerun_exactly_their_stages(
 
     # New calibration data: INT8 (its calibration, its graph) and its verification on each runtime only.
     np.savez(tiny_project / "data" / "calib.npz", x=rng.normal(size=(64, 16)).astype(np.float32))
-    ran = run(tiny_project)
+    ran = {s for s in run(tiny_project) if not s.startswith("size-")}
     assert {"int8-ranges", "int8"} <= ran <= {"int8-ranges", "int8", "verify-int8", "verify-int8_openvino"}
 
     # A new onnxconverter-common: the FP16 conversion (and its check if its bytes changed).
