@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,11 +20,13 @@ from numpy.typing import NDArray
 
 from builder.cache import file_hash
 from builder.errors import SpecError
+from builder.factories import import_factory
 from builder.host import kernel_flags
 from builder.python_models.shared.runtimes import Knobs, Session
 from builder.records import BATCH_INVARIANCE, OutputMetrics, ReportJson, VerificationReport
-from builder.spec import ModelSpec, Precision, TensorSpec, Tolerance, Variant, as_variant
+from builder.spec import ModelSpec, OmitsUnset, Precision, TensorSpec, Tolerance, Variant, as_variant
 from builder.stages.base import Info, ModelJob, Stage, StageInputs
+from builder.stages.fingerprints import module_fingerprint
 from builder.stages.reference import REFERENCE, load_reference
 from builder.stages.runtimes import open_variant, run_model, run_session
 
@@ -30,7 +34,13 @@ from builder.stages.runtimes import open_variant, run_model, run_session
 ROUNDING = 1e-9
 
 
-class VerifyInputs(StageInputs):
+Outputs = dict[str, NDArray[Any]]
+# The user's metric (``tolerances.<precision>.metric.function``): the reference's and the candidate's
+# outputs in, one float out.
+Metric = Callable[[Outputs, Outputs], float]
+
+
+class VerifyInputs(StageInputs, OmitsUnset):
     STAGE = "verify"
     TOOLS = ("numpy",)
     CODE = ("builder.stages.verify",)
@@ -46,6 +56,9 @@ class VerifyInputs(StageInputs):
     threads: int
     spinning: bool | None
     cpu: list[str]  # the CPU flags that decide its kernels: another CPU verifies and times again
+    metric_code: str | None = None  # the user's metric's module, where the tolerance has one
+
+    OMITTED_WHILE_UNSET = ("metric_code",)
 
 
 class Verify(Stage):
@@ -63,17 +76,51 @@ class Verify(Stage):
             tolerance=m.tolerances[v.precision], opt_batch=m.opt_batch(), runtime=v.runtime,
             runtime_version=v.cpu_runtime.version(), precision=v.precision.value,
             instances=m.instances.count, threads=job.knobs.threads, spinning=job.knobs.spinning,
-            cpu=kernel_flags(),
+            cpu=kernel_flags(), metric_code=metric_fingerprint(m.tolerances[v.precision], job),
         )  # fmt: skip
 
     def run(self, job: ModelJob, out: Path) -> Info:
         inputs, reference = load_reference(job.result(REFERENCE.name).out)
-        report = verify_variant(job.model, self.variant, self.graph, inputs, reference, job.knobs)
+        metric = user_metric(job, self.variant.precision)
+        report = verify_variant(job.model, self.variant, self.graph, inputs, reference, job.knobs, metric)
         return dict(report.to_json())
 
     @staticmethod
     def report(info: Info) -> VerificationReport:
         return VerificationReport.from_json(cast(ReportJson, info))
+
+
+def metric_fingerprint(tolerance: Tolerance | None, job: ModelJob) -> str | None:
+    """The user's metric's code, for the keys of the stages that judge by it."""
+    if tolerance is None or tolerance.metric is None:
+        return None
+    return module_fingerprint(tolerance.metric.function, job.ctx.spec_dir)
+
+
+def user_metric(job: ModelJob, precision: Precision) -> Metric | None:
+    """The function ``tolerances.<precision>.metric`` names, imported as a factory is."""
+    tolerance = job.model.tolerances.get(precision)
+    if tolerance is None or tolerance.metric is None:
+        return None
+    field = f"tolerances.{precision.value}.metric.function"
+    ctx = job.ctx
+    return import_factory(
+        tolerance.metric.function, ctx.spec_dir, spec_file=ctx.spec_file, model=job.model.name, field=field
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A candidate's outputs against the reference: metrics per output, the user's metric on the
+    whole outputs, and the failures under the tolerance."""
+
+    metrics: dict[str, OutputMetrics]
+    failures: list[str]
+    model_metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
 
 
 def compare(
@@ -83,9 +130,23 @@ def compare(
     outputs: list[TensorSpec],
 ) -> tuple[dict[str, OutputMetrics], list[str]]:
     """Metrics for every output; failures (``output 'x' ...``) only for the checked ones."""
+    judged = judge(reference, candidate, tolerance, outputs)
+    return judged.metrics, judged.failures
+
+
+def judge(
+    reference: dict[str, NDArray[Any]],
+    candidate: dict[str, NDArray[Any]],
+    tolerance: Tolerance,
+    outputs: list[TensorSpec],
+    metric: Metric | None = None,
+) -> Judgement:
+    """:func:`compare`, and the user's ``metric`` (the tolerance's ``metric``) on the whole outputs:
+    what the verify stage and every trial of the INT8 search judge a candidate by."""
     metrics: dict[str, OutputMetrics] = {}
     failures: list[str] = []
     checked = set(tolerance.outputs) or {o.name for o in outputs}
+    k = tolerance.topk.k if tolerance.topk is not None else None
     for spec in outputs:
         if spec.name not in reference:
             if spec.name in checked:
@@ -98,14 +159,64 @@ def compare(
         if ref.shape != cand.shape:
             failures.append(f"output '{spec.name}' has shape {list(cand.shape)}, reference {list(ref.shape)}")
             continue
-        metrics[spec.name] = output_metrics(ref, cand)
+        metrics[spec.name] = output_metrics(ref, cand, k)
         failures += _nonfinite(spec.name, ref, cand)
         if spec.name in checked:
             failures += _over(spec, metrics[spec.name], tolerance)
-    return metrics, failures
+    scores: dict[str, float] = {}
+    if tolerance.metric is not None and metric is not None:
+        bound = tolerance.metric
+        got = float(metric(reference, candidate))
+        scores[bound.function] = got
+        if bound.min is not None and not got >= bound.min - ROUNDING:
+            failures.append(f"metric {bound.function} {got:.4f} < {bound.min} allowed")
+        if bound.max is not None and not got <= bound.max + ROUNDING:
+            failures.append(f"metric {bound.function} {got:.4g} > {bound.max} allowed")
+    return Judgement(metrics, failures, scores)
 
 
-def output_metrics(ref: NDArray[Any], cand: NDArray[Any]) -> OutputMetrics:
+def margin(judged: Judgement, tolerance: Tolerance) -> float:
+    """How far the worst checked figure is inside its bound, as a share of what the bound allows
+    (0 at the bound, negative when out of it): what ranks trials that all fail."""
+    slack: list[float] = []
+    for m in judged.metrics.values():
+        if m.exact is not None:
+            slack.append(0.0 if m.exact or not tolerance.exact else -1.0)
+            continue
+        topk = tolerance.topk.min if tolerance.topk else None
+        pairs = [(m.min_cosine, tolerance.min_cosine), (m.mean_cosine, tolerance.mean_cosine),
+                 (m.top1, tolerance.top1), (m.topk, topk)]  # fmt: skip
+        for got, limit in pairs:
+            if got is not None and limit is not None:
+                slack.append((got - limit) / max(1.0 - limit, 1e-6))
+        if tolerance.max_abs is not None and m.max_abs is not None:
+            slack.append((tolerance.max_abs - m.max_abs) / max(tolerance.max_abs, 1e-12))
+    bound = tolerance.metric
+    for got in judged.model_metrics.values():
+        if bound is not None:
+            sign = 1.0 if bound.min is not None else -1.0
+            slack.append(sign * (got - bound.bound) / max(abs(bound.bound), 1e-6))
+    worst = min((x if np.isfinite(x) else -1e9 for x in slack), default=0.0)
+    return min(worst, -1.0) if judged.failures and worst >= 0 else worst  # NaN, a missing output
+
+
+def sample_cosines(
+    reference: dict[str, NDArray[Any]], candidate: dict[str, NDArray[Any]], outputs: list[TensorSpec]
+) -> NDArray[Any]:
+    """Each sample's worst cosine over the float outputs: which samples a candidate fails worst."""
+    worst: NDArray[Any] | None = None
+    for spec in outputs:
+        ref, cand = reference.get(spec.name), candidate.get(spec.name)
+        if ref is None or cand is None or ref.dtype.kind not in "fc" or ref.shape != cand.shape:
+            continue
+        a = ref.reshape(ref.shape[0], -1).astype(np.float64)
+        cos = _cosines(a, cand.reshape(cand.shape[0], -1).astype(np.float64))
+        worst = cos if worst is None else np.minimum(worst, cos)
+    count = next(iter(reference.values())).shape[0]
+    return worst if worst is not None else np.ones(count)
+
+
+def output_metrics(ref: NDArray[Any], cand: NDArray[Any], k: int | None = None) -> OutputMetrics:
     if ref.dtype.kind not in "fc" or cand.dtype.kind not in "fc":
         return OutputMetrics(None, None, None, None, exact=bool(np.array_equal(ref, cand)))
     a = ref.reshape(ref.shape[0], -1).astype(np.float64)
@@ -113,10 +224,21 @@ def output_metrics(ref: NDArray[Any], cand: NDArray[Any]) -> OutputMetrics:
     cos = _cosines(a, b)
     diff = np.abs(a - b)
     max_abs = float(np.max(diff))  # NaN when any value is NaN: fails every max_abs check
-    top1 = None
+    top1 = topk = None
     if ref.ndim >= 2 and ref.shape[-1] > 1:
         top1 = float(np.mean(np.argmax(ref, axis=-1) == np.argmax(cand, axis=-1)))
-    return OutputMetrics(float(cos.min()), float(cos.mean()), max_abs, top1, exact=None)
+        if k is not None:
+            topk = top_k_agreement(ref, cand, k)
+    return OutputMetrics(float(cos.min()), float(cos.mean()), max_abs, top1, exact=None, topk=topk)
+
+
+def top_k_agreement(ref: NDArray[Any], cand: NDArray[Any], k: int) -> float:
+    """The mean share of the reference's ``k`` best classes (last axis) among the candidate's ``k`` best."""
+    k = min(k, ref.shape[-1])
+    best_ref = np.argsort(-ref.reshape(-1, ref.shape[-1]), axis=-1, kind="stable")[:, :k]
+    best_cand = np.argsort(-cand.reshape(-1, cand.shape[-1]), axis=-1, kind="stable")[:, :k]
+    shared = [len(np.intersect1d(r, c)) for r, c in zip(best_ref, best_cand, strict=True)]
+    return float(np.mean(shared)) / k
 
 
 def _cosines(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
@@ -144,10 +266,12 @@ def _over(spec: TensorSpec, m: OutputMetrics, tol: Tolerance) -> list[str]:
         if tol.exact and not m.exact:
             out.append(f"{name} differs from the reference (exact required)")
         return out
-    for field in ("min_cosine", "mean_cosine", "top1"):
-        got, limit = getattr(m, field), getattr(tol, field)
+    for what in ("min_cosine", "mean_cosine", "top1"):
+        got, limit = getattr(m, what), getattr(tol, what)
         if limit is not None and got is not None and not got >= limit - ROUNDING:
-            out.append(f"{name} {field} {got:.4f} < {limit} allowed")
+            out.append(f"{name} {what} {got:.4f} < {limit} allowed")
+    if tol.topk is not None and m.topk is not None and not m.topk >= tol.topk.min - ROUNDING:
+        out.append(f"{name} top{tol.topk.k} agreement {m.topk:.4f} < {tol.topk.min} allowed")
     if tol.max_abs is not None and m.max_abs is not None and not m.max_abs <= tol.max_abs:
         out.append(f"{name} max_abs {m.max_abs:.4g} > {tol.max_abs} allowed")
     return out
@@ -160,6 +284,7 @@ def verify_variant(
     inputs: dict[str, NDArray[Any]],
     reference: dict[str, NDArray[Any]],
     knobs: Knobs | None = None,
+    metric: Metric | None = None,
 ) -> VerificationReport:
     """Check whether a row's answer moves with the rows beside it, then run the variant on
     ``inputs`` as it will be served (a variant whose answer moves runs each row alone: row by row,
@@ -180,19 +305,29 @@ def verify_variant(
         candidate = run_session(sess, inputs, batch_size=1, label=label)
     else:
         candidate = run_model(sess, model, inputs, label=label)
-    metrics, failures = compare(reference, candidate, tolerance, model.outputs)
-    failures = [f"{variant.name}: {f}" for f in failures]
+    if tolerance.metric is not None and metric is None:
+        raise SpecError(f"{field}.metric: the metric's function was not given", model=model.name, field=field)
+    judged = judge(reference, candidate, tolerance, model.outputs, metric)
+    failures = [f"{variant.name}: {f}" for f in judged.failures]
     ms = _time_session(sess, model, inputs, batch=1 if alone else None)
-    return VerificationReport(variant, not failures, metrics, failures, ms, sess.computed_in, drift)
+    return VerificationReport(
+        variant, not failures, judged.metrics, failures, ms, sess.computed_in, drift, judged.model_metrics
+    )
 
 
 def time_variant(
-    model: ModelSpec, onnx_path: Path, inputs: dict[str, NDArray[Any]], *, repeats: int = 5
+    model: ModelSpec,
+    onnx_path: Path,
+    inputs: dict[str, NDArray[Any]],
+    *,
+    repeats: int = 5,
+    variant: Variant | None = None,
+    knobs: Knobs | None = None,
 ) -> float:
-    """In-process ms per sample at ``model.opt_batch()``: median of ``repeats`` after a warm-up."""
-    return _time_session(
-        open_variant(Variant(Precision.FP32), onnx_path, model), model, inputs, repeats=repeats
-    )
+    """In-process ms per sample at ``model.opt_batch()``: median of ``repeats`` after a warm-up, on
+    ``variant``'s runtime (default: ONNX Runtime, FP32) opened as served with ``knobs``."""
+    sess = open_variant(variant or Variant(Precision.FP32), onnx_path, model, knobs)
+    return _time_session(sess, model, inputs, repeats=repeats)
 
 
 def batch_drift(sess: Session, model: ModelSpec, inputs: dict[str, NDArray[Any]]) -> float | None:
