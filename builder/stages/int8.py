@@ -8,8 +8,8 @@ nodes in float that make the variant verify; every trial is judged as the verify
 same ``judge``, the user's metric included), on the variant opened exactly as served on every
 runtime its INT8 variants run on, on the evaluation samples that failed worst first. The verify
 stages afterwards stay the gate on every sample. Its key holds the search's settings, the
-tolerance, the reference, the runtimes' versions, the serving knobs and the CPU flags: a rebuild
-with nothing changed searches nothing.
+tolerance, the reference, the runtimes' versions and the CPU flags: a rebuild with nothing changed
+searches nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from builder.cache import file_hash, key_of
 from builder.errors import ModelRefused
 from builder.host import kernel_flags
 from builder.progress import Progress, progress
@@ -43,7 +44,7 @@ from builder.stages.quantize import (
     quantize_calibrated,
     quantize_config,
 )
-from builder.stages.reference import REFERENCE, load_reference
+from builder.stages.reference import INPUTS_FILE, REFERENCE, REFERENCE_FILE, load_reference
 from builder.stages.runtimes import open_variant, run_model
 from builder.stages.search import Budget, Outcome, Ranked, SearchResult, search
 from builder.stages.verify import Judgement, Metric, judge, margin, metric_fingerprint, sample_cosines
@@ -109,6 +110,13 @@ def _runtimes(model: ModelSpec) -> list[str]:
     return [v.runtime for v in model.variants() if v.precision is Precision.INT8]
 
 
+def _reference_content(job: ModelJob) -> str:
+    """The evaluation samples and the source's outputs the trials are judged against, by content:
+    a re-export that gives the same answers searches nothing again."""
+    out = job.result(REFERENCE.name).out
+    return key_of(file_hash(out / INPUTS_FILE), file_hash(out / REFERENCE_FILE))
+
+
 def _search_key(job: ModelJob) -> dict[str, Any] | None:
     if not _searches(job):
         return None
@@ -119,11 +127,10 @@ def _search_key(job: ModelJob) -> dict[str, Any] | None:
         "settings": model.calibration.search.model_dump(mode="json"),
         "tolerance": tolerance.model_dump(mode="json"),
         "metric_code": metric_fingerprint(tolerance, job),
-        "reference_key": job.result(REFERENCE.name).key,
+        "reference": _reference_content(job),
         "runtimes": {r: Variant(Precision.INT8, r).cpu_runtime.version() for r in _runtimes(model)},
-        "instances": model.instances.count,
-        "threads": job.knobs.threads,
-        "spinning": job.knobs.spinning,
+        # Not the serving knobs: threads change a trial's speed, not its answers, so the local and
+        # cpu targets share one search (the speed it reports is the first one's).
         "cpu": kernel_flags(),
     }
 
