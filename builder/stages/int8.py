@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +222,9 @@ class Searcher:
             raise ModelRefused(
                 "int8: no runtime could run the INT8 graph: " + "; ".join(self.refused.values())
             )
-        return min(outcomes, key=lambda o: (o.passed, o.margin))
+        worst = min(outcomes, key=lambda o: (o.passed, o.margin))
+        figures = {k: v for o in outcomes for k, v in o.figures.items()}  # every runtime's
+        return replace(worst, figures=figures, failures=tuple(f for o in outcomes for f in o.failures))
 
     def judge_session(self, session: Any, runtime: str, *, subset_first: bool) -> Outcome:
         model, count = self.job.model, _count(self.inputs)
