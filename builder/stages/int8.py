@@ -96,8 +96,8 @@ class Int8(Stage):
         settle(result.onnx, out / GRAPH)
         if result.calibration_table is not None:
             settle(result.calibration_table, out / TABLE)
-        note = "; ".join(n for n in (result.note, found and found["line"]) if n)
-        return artifact(out / GRAPH) | ({"note": note} if note else {}) | ({"search": found} if found else {})
+        note = {"note": result.note} if result.note else {}
+        return artifact(out / GRAPH) | note | ({"search": found} if found else {})
 
 
 def _searches(job: ModelJob) -> bool:
