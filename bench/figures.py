@@ -609,6 +609,47 @@ def render_cpu_runtimes(results: Sequence[Result], results_dir: Path) -> str:
     )
 
 
+INT8_METHODS = (
+    ("ort_minmax", "ORT quantize_static, minmax, symmetric"),
+    ("ort_percentile", "ORT quantize_static, percentile 99.999, asymmetric"),
+    ("nncf", "NNCF quantize"),
+    ("nncf_ac", "NNCF quantize_with_accuracy_control"),
+    ("search", "tritonforge's INT8 search"),
+)
+INT8_HEADER = (
+    "| model | method | within tolerance | mean / min cosine | nodes in float | seconds | ms per image "
+    "(fp32) |\n|---|---|---|---|---|---|---|"
+)
+
+
+def _int8_row(name: str, label: str, fp32_ms: float, m: Mapping[str, Any]) -> str:
+    if "error" in m:
+        return f"| {name} | {label} | refused: {m['error']} | | | | |"
+    ms = m.get("ms")
+    speed = f"{ms:.2f} ({fp32_ms:.2f})" if ms else f"- ({fp32_ms:.2f})"
+    verdict = "yes" if m["passed"] else "**no**"
+    cosines = f"{m['mean_cosine']:.4f} / {m['min_cosine']:.4f}"
+    return f"| {name} | {label} | {verdict} | {cosines} | {m['float_nodes']} | {m['seconds']:.1f} | {speed} |"
+
+
+def render_int8_search(results: Sequence[Result], results_dir: Path) -> str:
+    """bench.int8_search: each third-party model's INT8 by each method, against the same tolerance."""
+    (r,) = results
+    tolerance = r.get("results", "tolerance")
+    lines = [r.machine().header(r.source), "", f"Tolerance: {json.dumps(tolerance)} on every output.", ""]
+    lines.append(INT8_HEADER)
+    searched = []
+    for name, model in r.get("results", "models").items():
+        for key, label in INT8_METHODS:
+            if key in model["methods"]:
+                lines.append(_int8_row(name, label, model["fp32_ms"], model["methods"][key]))
+        found = model["methods"].get("search", {})
+        if found.get("line"):
+            line = found["line"]
+            searched.append(f"* `{name}` ({model['what']}): `{line[line.find('search:') :]}`")
+    return _lines(*lines, "", "The search's lines in the build's log:", "", *searched)
+
+
 @dataclass(frozen=True)
 class Kind:
     render: Renderer
@@ -630,6 +671,7 @@ KINDS: dict[str, Kind] = {
     "llm_openai_cpu": Kind(render_llm_openai_cpu, ("llm_openai_cpu",)),
     "llm_openai_cpu_runs": Kind(render_llm_openai_cpu_runs, ("llm_openai_cpu_runs",)),
     "cpu_runtimes": Kind(render_cpu_runtimes, ("cpu_runtimes",)),
+    "int8_search": Kind(render_int8_search, ("int8_search",)),
 }
 
 

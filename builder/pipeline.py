@@ -255,12 +255,19 @@ def _graphs(job: ModelJob, out: ModelBuild) -> dict[Precision, Path]:
             continue
         out.stages += made
         last = made[-1]
-        if last.info.get("note"):
-            job.ctx.log(f"[{model.name}] variant {precision.value}: {last.info['note']}")
+        for said in (last.info.get("note"), _search_line(last)):
+            if said:
+                job.ctx.log(f"[{model.name}] variant {precision.value}: {said}")
         graphs[precision] = last.out / GRAPH
         if (last.out / CALIBRATION_TABLE).is_file():
             out.calibration_table = last.out / CALIBRATION_TABLE
     return graphs
+
+
+def _search_line(result: StageResult) -> str:
+    """What the INT8 search kept, in one line (docs/quantization.md), or ``""``."""
+    found = result.info.get("search")
+    return str(found.get("line", "")) if isinstance(found, dict) else ""
 
 
 def _refuse(model: ModelSpec, precision: Precision, out: ModelBuild, exc: ModelRefused) -> None:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from typing_extensions import NotRequired
+
 from builder.cache import StageCache, StageResult
 from builder.errors import UserError
 from builder.python_models.shared.runtimes import Knobs, Sizing
@@ -59,6 +61,7 @@ class MetricsJson(DetectionJson):
     max_abs: float | None
     top1: float | None
     exact: bool | None
+    topk: NotRequired[float | None]  # only where the tolerance asks for top-k agreement
 
 
 class ReportJson(TypedDict, total=False):
@@ -70,6 +73,7 @@ class ReportJson(TypedDict, total=False):
     ms_per_sample: float | None
     computed_in: str | None  # the precision the runtime reports it used (OpenVINO's, read back)
     batch_max_diff: float | None  # a request's largest change alone vs in a batch, relative
+    model_metrics: dict[str, float | None]  # the user's metric on the whole outputs, by its function
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class OutputMetrics:
     max_abs: float | None
     top1: float | None
     exact: bool | None
+    topk: float | None = None  # top-k agreement, where the tolerance asks for it
     matched: float | None = None  # an object detector's boxes (DetectionJson)
     score_diff: float | None = None
     boxes: int | None = None
@@ -91,6 +96,8 @@ class OutputMetrics:
             top1=_finite(self.top1),
             exact=self.exact,
         )
+        if self.topk is not None:
+            out["topk"] = _finite(self.topk)
         if self.matched is not None:
             out["matched"], out["score_diff"], out["boxes"] = (
                 _finite(self.matched),
@@ -103,7 +110,7 @@ class OutputMetrics:
     def from_json(cls, raw: MetricsJson) -> OutputMetrics:
         exact = raw["exact"]
         return cls(_num(raw["min_cosine"]), _num(raw["mean_cosine"]), _num(raw["max_abs"]), _num(raw["top1"]),
-                   None if exact is None else bool(exact), _num(raw.get("matched")),
+                   None if exact is None else bool(exact), _num(raw.get("topk")), _num(raw.get("matched")),
                    _num(raw.get("score_diff")), raw.get("boxes"))  # fmt: skip
 
 
@@ -125,6 +132,7 @@ class VerificationReport:
     ms_per_sample: float | None = None
     computed_in: str | None = None
     batch_max_diff: float | None = None  # None: not checked (no batching, or the variant failed)
+    model_metrics: dict[str, float] = field(default_factory=dict)  # the user's metric, by its function
 
     @property
     def precision(self) -> Precision:
@@ -149,7 +157,7 @@ class VerificationReport:
         return "exact" if any(m.exact for m in self.metrics.values()) else ""
 
     def to_json(self) -> ReportJson:
-        return ReportJson(
+        out = ReportJson(
             precision=self.variant.precision.value,
             runtime=self.variant.runtime,
             passed=self.passed,
@@ -159,14 +167,20 @@ class VerificationReport:
             computed_in=self.computed_in,
             batch_max_diff=_finite(self.batch_max_diff),
         )
+        if self.model_metrics:
+            out["model_metrics"] = {name: _finite(v) for name, v in self.model_metrics.items()}
+        return out
 
     @classmethod
     def from_json(cls, raw: ReportJson) -> VerificationReport:
         metrics = {name: OutputMetrics.from_json(m) for name, m in raw["metrics"].items()}
         variant = Variant(Precision(raw["precision"]), raw.get("runtime", ONNXRUNTIME))
+        scores = {
+            name: float("nan") if v is None else float(v) for name, v in raw.get("model_metrics", {}).items()
+        }
         return cls(variant, bool(raw["passed"]), metrics, list(raw["failures"]),
                    _num(raw["ms_per_sample"]), raw.get("computed_in"),
-                   _num(raw.get("batch_max_diff")))  # fmt: skip
+                   _num(raw.get("batch_max_diff")), scores)  # fmt: skip
 
 
 @dataclass(frozen=True)

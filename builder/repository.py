@@ -238,10 +238,12 @@ def _write_llm(lb: LLMBuild, r: Repository, root: Path) -> Json:
 
 
 def _stages(stages: list[StageResult]) -> Json:
-    """Each stage's key and time, and what it says it did differently (int8 below opset 13)."""
+    """Each stage's key and time, and what it says it did differently (int8 below opset 13), and
+    what the INT8 search tried and kept (docs/quantization.md)."""
     return {
         s.name: {"key": s.key, "skipped": s.skipped, "seconds": round(s.seconds, 3)}
         | ({"note": s.info["note"]} if s.info.get("note") else {})
+        | ({"search": s.info["search"]} if s.info.get("search") else {})
         for s in stages
     }
 

@@ -230,8 +230,18 @@ class Smoothing(Strict):
     nodes: list[str] = []  # glob patterns on MatMul node names; empty = every MatMul with a constant weight
 
 
+class Search(Strict):
+    """How far the INT8 search may go (docs/quantization.md): the calibration methods tried, then the
+    fewest layers kept in float, each trial verified against the reference; ``max_trials: 0`` makes
+    the one graph of ``method`` without a trial (the verify stage alone judges it)."""
+
+    max_trials: Annotated[int, Field(ge=0, le=1000)] = 12
+    max_seconds: Annotated[float, Field(gt=0.0)] = 120.0
+
+
 class Calibration(DataSpec):
-    method: CalibrationMethod = CalibrationMethod.MINMAX
+    method: CalibrationMethod = CalibrationMethod.MINMAX  # the method tried first
+    search: Search = Search()
     smooth: Smoothing | None = None  # applied before static Q/DQ
     percentile: Annotated[float, Field(gt=90.0, le=100.0)] = 99.999
     per_channel: bool = True
@@ -246,6 +256,36 @@ class DynamicInt8(Strict):
     smooth: Smoothing | None = None  # uses the calibration samples to find outlier channels
 
 
+class TopK(Strict):
+    """Top-k agreement: the mean share of the reference's ``k`` best classes (the last axis) that are
+    among the candidate's ``k`` best, at least ``min``."""
+
+    k: Annotated[int, Field(ge=2)]
+    min: Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class UserMetric(Strict):
+    """The user's own metric: ``function`` (``package.module:function``, imported as a factory is)
+    takes the reference's and the candidate's outputs (two dicts, output name -> array with the
+    samples first) and returns a float that must be at least ``min`` or at most ``max``."""
+
+    function: str
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> UserMetric:
+        if not FACTORY_PATTERN.match(self.function):
+            raise ValueError(f"function '{self.function}' is not of the form package.module:function")
+        if (self.min is None) == (self.max is None):
+            raise ValueError("a metric takes one bound: min (higher is better) or max (lower is better)")
+        return self
+
+    @property
+    def bound(self) -> float:
+        return self.min if self.min is not None else float(self.max or 0.0)
+
+
 class Tolerance(Strict, OmitsUnset):
     """Thresholds a variant must meet against the source model, on every float output
     (or only on ``outputs`` when given). Unset thresholds are not checked. ``detection``: an object
@@ -255,18 +295,21 @@ class Tolerance(Strict, OmitsUnset):
     mean_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
     max_abs: Annotated[float, Field(ge=0.0)] | None = None
     top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    topk: TopK | None = None
+    metric: UserMetric | None = None  # on the whole outputs: a detector's matched boxes, say
     exact: bool = False  # integer outputs: must be identical
     outputs: list[str] = []
     detection: DetectionTolerance | None = None
 
-    OMITTED_WHILE_UNSET = ("detection",)
+    OMITTED_WHILE_UNSET = ("topk", "metric", "detection")
 
     @model_validator(mode="after")
     def _something_checked(self) -> Tolerance:
-        fields = (self.min_cosine, self.mean_cosine, self.max_abs, self.top1, self.detection)
-        if not self.exact and all(v is None for v in fields):
+        checks = (self.min_cosine, self.mean_cosine, self.max_abs, self.top1, self.topk, self.metric)
+        if not self.exact and all(v is None for v in (*checks, self.detection)):
             raise ValueError(
-                "a tolerance must set min_cosine, mean_cosine, max_abs, top1, exact or detection"
+                "a tolerance must set min_cosine, mean_cosine, max_abs, top1, topk, metric, exact "
+                "or detection"
             )
         return self
 

@@ -162,9 +162,55 @@ def calibration_batch(model: ModelSpec) -> int:
 
 
 @dataclass(frozen=True)
+class Int8Config:
+    """One way to quantize a calibrated graph: whose ranges (a calibration method's, by its name in
+    :data:`METHODS`), symmetric INT8 activations or asymmetric UINT8 ones, and the nodes kept in
+    float beyond the spec's own exclusions."""
+
+    method: str
+    symmetric: bool = True
+    float_nodes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        kept = f", {len(self.float_nodes)} in float" if self.float_nodes else ""
+        return f"{self.method} {'symmetric' if self.symmetric else 'asymmetric'}{kept}"
+
+    def with_float(self, nodes: tuple[str, ...]) -> Int8Config:
+        return replace(self, float_nodes=nodes)
+
+
+def method_name(cal: Calibration) -> str:
+    """The spec's calibration method as a candidate's name (``percentile 99.999``)."""
+    return f"percentile {cal.percentile:g}" if cal.method is SpecMethod.PERCENTILE else cal.method.value
+
+
+# The calibration methods the INT8 search tries after the spec's own, in this order: their ranges all
+# come from one pass over the calibration samples (one histogram of each tensor's values).
+SEARCHED_METHODS = (
+    "minmax",
+    "percentile 99.999",
+    "percentile 99.99",
+    "percentile 99.9",
+    "entropy",
+    "distribution",
+)
+HISTOGRAM_BINS = 4096  # over [-max|x|, max|x|]: 2048 bins on each side, as ORT's percentile takes
+ENTROPY_BINS = 2048  # the histogram entropy searches (TensorRT's calibrator's count)
+ENTROPY_WIDTHS = 256  # the thresholds it compares, evenly spaced (ORT's compares every bin: 961)
+
+
+def ranges_file(method: str, symmetric: bool) -> str:
+    return f"ranges.{method.replace(' ', '-')}.{'sym' if symmetric else 'asym'}.json"
+
+
+@dataclass(frozen=True)
 class Calibrated:
     """What static INT8 is made from, the same for every target's recipe: the graph ready for
-    quantize_static and its activations' ranges (ONNX Runtime's calibration cache)."""
+    quantize_static and its activations' ranges (ONNX Runtime's calibration cache): the spec's
+    method's, and where the search asked for them, every searched method's (``candidates``, each a
+    file of :func:`ranges_file` beside it, symmetric and asymmetric; a method whose ranges equal an
+    earlier one's is left out)."""
 
     graph: Path
     ranges: Path
@@ -172,31 +218,59 @@ class Calibrated:
     per_channel: bool
     exclude: tuple[str, ...]  # the nodes left in float
     note: str | None = None  # how a graph below opset 13 was quantized
+    candidates: tuple[tuple[str, bool], ...] = ()  # (method, symmetric) whose ranges are beside it
+    same_as: tuple[tuple[str, str], ...] = ()  # a candidate left out, and the one whose ranges it has
 
     GRAPH: ClassVar[str] = "calibrated.onnx"
     RANGES: ClassVar[str] = "ranges.json"
 
     def to_info(self) -> dict[str, object]:
-        """What a stage records of it, beside its two files (:meth:`read`)."""
+        """What a stage records of it, beside its files (:meth:`read`)."""
         info: dict[str, object] = {"per_channel": self.per_channel, "exclude": list(self.exclude)}
+        if self.candidates:
+            info["candidates"] = [[m, s] for m, s in self.candidates]
+            info["same_as"] = [list(pair) for pair in self.same_as]
         return info | ({"note": self.note} if self.note else {})
 
     @classmethod
     def read(cls, folder: Path, source: Path, info: Mapping[str, object]) -> Calibrated:
         exclude, note = info["exclude"], info.get("note")
         assert isinstance(exclude, list), info
+        candidates, same = info.get("candidates") or [], info.get("same_as") or []
+        assert isinstance(candidates, list) and isinstance(same, list), info
         return cls(
             folder / cls.GRAPH, folder / cls.RANGES, source, bool(info["per_channel"]),
             tuple(str(n) for n in exclude), str(note) if note else None,
+            tuple((str(m), bool(s)) for m, s in candidates), tuple((str(a), str(b)) for a, b in same),
         )  # fmt: skip
+
+    def ranges_of(self, config: Int8Config) -> Path:
+        """The ranges file of ``config``'s method and symmetry (of the candidate whose ranges it
+        shares, where it was left out; without candidates, the spec's method's: ``ranges``)."""
+        candidate = (config.method, config.symmetric)
+        if not self.candidates:
+            assert config.symmetric, "asymmetric ranges are calibrated for the search only"
+            return self.ranges
+        same = dict(self.same_as)
+        label = _label(candidate)
+        if label in same:
+            method, symmetry = same[label].rsplit(" ", 1)
+            candidate = (method, symmetry == "symmetric")
+        assert candidate in self.candidates, f"no ranges calibrated for {label}"
+        return self.ranges.parent / ranges_file(*candidate)
 
 
 def calibrate_int8(
-    model: ModelSpec, fp32_onnx: Path, samples: dict[str, NDArray[Any]], out_dir: Path
+    model: ModelSpec,
+    fp32_onnx: Path,
+    samples: dict[str, NDArray[Any]],
+    out_dir: Path,
+    *,
+    candidates: bool = False,
 ) -> Calibrated:
     """The graph to quantize (opset ready, pre-processed) and the ranges of the tensors of the op
     types it quantizes (all where the spec names none), as quantize_static calibrates by itself,
-    into ``out_dir``."""
+    into ``out_dir``; with ``candidates``, every searched method's ranges too, from the same pass."""
     cal = _calibration(model)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="calib.", dir=out_dir) as tmp_name:
@@ -206,13 +280,25 @@ def calibrate_int8(
         pre = _pre_process(source, tmp)
         exclude = _excluded_nodes(model, cal, fp32_onnx, pre)
         _require_op_types(pre, cal, model.name)
-        ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
+        kept: list[tuple[str, bool]] = []
+        same: list[tuple[str, str]] = []
+        if candidates:
+            every = _calibrate_all(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
+            ranges = every[(method_name(cal), True)]
+            kept, same = _distinct(every)
+            for method, symmetric in kept:
+                name = ranges_file(method, symmetric)
+                save_tensors_data(every[(method, symmetric)], tmp / name)
+                os.replace(tmp / name, out_dir / name)
+        else:
+            ranges = _calibrate(pre, cal, samples, calibration_batch(model), tmp, cal.op_types or None)
         save_tensors_data(ranges, tmp / Calibrated.RANGES)
         os.replace(tmp / Calibrated.RANGES, out_dir / Calibrated.RANGES)
         os.replace(pre, out_dir / Calibrated.GRAPH)
     return Calibrated(
-        out_dir / Calibrated.GRAPH, out_dir / Calibrated.RANGES, fp32_onnx, per_channel, tuple(exclude), note
-    )
+        out_dir / Calibrated.GRAPH, out_dir / Calibrated.RANGES, fp32_onnx, per_channel, tuple(exclude), note,
+        tuple(kept), tuple(same),
+    )  # fmt: skip
 
 
 def quantize_calibrated(
@@ -223,31 +309,18 @@ def quantize_calibrated(
     *,
     samples: dict[str, NDArray[Any]] | None = None,
     tensorrt_graph: Path | None = None,
+    config: Int8Config | None = None,
 ) -> QuantizeResult:
-    """Static INT8 with symmetric explicit Q/DQ by ``recipe``; with ``recipe.calibration_table``
-    also TensorRT's calibration table for ``tensorrt_graph`` (default: the calibrated source),
-    calibrated on ``samples``."""
+    """Static INT8 with explicit Q/DQ by ``recipe`` and ``config`` (default: the spec's method,
+    symmetric); with ``recipe.calibration_table`` also TensorRT's calibration table for
+    ``tensorrt_graph`` (default: the calibrated source), calibrated on ``samples``."""
     cal = _calibration(model)
+    config = config or Int8Config(method_name(cal))
     out_dir.mkdir(parents=True, exist_ok=True)
     out, table = out_dir / "int8.onnx", out_dir / "int8.calibration.cache"
     with tempfile.TemporaryDirectory(prefix="quant.", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
-        quantize_static(
-            str(calibrated.graph),
-            str(tmp / "int8.onnx"),
-            calibration_data_reader=None,  # ranges come from the cache: one calibration pass
-            quant_format=QuantFormat.QDQ,
-            per_channel=calibrated.per_channel,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            reduce_range=recipe.reduce_range,
-            nodes_to_exclude=list(calibrated.exclude),
-            op_types_to_quantize=cal.op_types or None,
-            calibrate_method=_METHODS[cal.method],
-            extra_options={**_SYMMETRIC, "QuantizeBias": recipe.quantize_bias},
-            calibration_cache_path=str(calibrated.ranges),
-        )
-        _check_static(tmp / "int8.onnx", model.name, recipe)
+        quantize_config(model, calibrated, tmp / "int8.onnx", recipe, config)
         if recipe.calibration_table:
             assert samples is not None, "TensorRT's table is calibrated on the samples"
             graph = tensorrt_graph or calibrated.source
@@ -259,6 +332,40 @@ def quantize_calibrated(
             os.replace(tmp / "table", table)
         os.replace(tmp / "int8.onnx", out)
     return QuantizeResult(out, table if recipe.calibration_table else None, calibrated.note)
+
+
+def quantize_config(
+    model: ModelSpec, calibrated: Calibrated, out: Path, recipe: Int8Recipe, config: Int8Config
+) -> Path:
+    """The Q/DQ graph of ``config`` at ``out``, checked (ONNX Runtime loads it; TensorRT's parser
+    would take it, for TensorRT's recipe)."""
+    assert config.symmetric or not recipe.for_tensorrt, "TensorRT takes symmetric INT8 only"
+    cal = _calibration(model)
+    activations = QuantType.QInt8 if config.symmetric else QuantType.QUInt8
+    options = {"ActivationSymmetric": config.symmetric, "WeightSymmetric": True}
+    if calibrated.exclude or config.float_nodes:
+        # With asymmetric activations ONNX Runtime folds a Relu/Clip into the range of the Q/DQ
+        # after it, which a node left in float would read unclipped (min cosine 0.25 on
+        # EfficientNet-Lite0 with its depthwise convolutions in float): keep them.
+        options["QDQKeepRemovableActivations"] = True
+    quantize_static(
+        str(calibrated.graph),
+        str(out),
+        calibration_data_reader=None,  # ranges come from the cache: one calibration pass
+        quant_format=QuantFormat.QDQ,
+        per_channel=calibrated.per_channel,
+        activation_type=activations,
+        weight_type=QuantType.QInt8,
+        reduce_range=recipe.reduce_range,
+        nodes_to_exclude=[*calibrated.exclude, *config.float_nodes],
+        op_types_to_quantize=cal.op_types or None,
+        # the ranges' own method: the search's all come as minmax's (lowest, highest) pairs
+        calibrate_method=CalibrationMethod.MinMax if calibrated.candidates else _METHODS[cal.method],
+        extra_options={**options, "QuantizeBias": recipe.quantize_bias},
+        calibration_cache_path=str(calibrated.ranges_of(config)),
+    )
+    _check_static(out, model.name, recipe)
+    return out
 
 
 def quantize_int8(
@@ -364,6 +471,168 @@ def _calibrate(
         options.update(num_bins=2048, num_quantized_bins=128)
     with quiet(tmp.parent / LOG_FILE):  # ORT's calibrators print progress of their own
         return _collect(pre, cal, samples, batch, tmp, options, op_types)
+
+
+def _calibrate_all(
+    pre: Path,
+    cal: Calibration,
+    samples: dict[str, NDArray[Any]],
+    batch: int,
+    tmp: Path,
+    op_types: list[str] | None,
+) -> dict[tuple[str, bool], TensorsData]:
+    """Every searched method's ranges, symmetric and asymmetric, from one pass: a histogram of each
+    tensor's values over [-max|x|, max|x|] (with its min and max) gives minmax, the percentiles (on
+    the folded histogram where symmetric, cutting both tails where not), entropy and distribution."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    options: dict[str, object] = {"symmetric": False, "num_bins": HISTOGRAM_BINS}
+    with quiet(tmp.parent / LOG_FILE):
+        calibrator = create_calibrator(
+            pre,
+            op_types,
+            augmented_model_path=str(tmp / "augmented.onnx"),
+            calibrate_method=CalibrationMethod.Percentile,
+            providers=["CPUExecutionProvider"],
+            extra_options=options,
+        )
+        _feed(calibrator, samples, batch)
+        collector = calibrator.collector
+        del calibrator
+        histograms: dict[str, tuple[Any, ...]] = dict(collector.histogram_dict)
+        methods = [method_name(cal), *(m for m in SEARCHED_METHODS if m != method_name(cal))]
+        out: dict[tuple[str, bool], TensorsData] = {}
+        entropy: dict[str, float] = {}  # each tensor's entropy threshold, for both symmetries
+        for method in methods:
+            for symmetric in (True, False):
+                ranges = {
+                    name: _range(method, symmetric, h, HistogramCollector, entropy, name)
+                    for name, h in histograms.items()
+                }
+                out[(method, symmetric)] = TensorsData(CalibrationMethod.MinMax, ranges)
+    return out
+
+
+def _range(
+    method: str,
+    symmetric: bool,
+    histogram: tuple[Any, ...],
+    collector: Any,
+    entropy: dict[str, float],
+    name: str,
+) -> tuple[Any, Any]:
+    """One tensor's range by ``method`` from its value histogram ``(hist, edges, min, max, amax)``."""
+    hist, edges, lowest, highest = histogram[0], histogram[1], histogram[2], histogram[3]
+    dtype = edges.dtype
+    amax = np.array(max(abs(float(lowest)), abs(float(highest))), dtype=dtype)
+    if method == "minmax" or method == "distribution" or hist.sum() == 0:
+        # distribution's ranges for INT8 are its histogram's edges, [-max|x|, max|x|]: minmax's
+        found = (np.array(lowest, dtype=dtype), np.array(highest, dtype=dtype))
+        return (-amax, amax) if method == "distribution" and symmetric else found
+    if method.startswith("percentile "):
+        percentile = float(method.split()[1])
+        if symmetric:
+            half = hist.size // 2
+            folded = hist[half:] + hist[:half][::-1]
+            cdf = np.cumsum(folded / folded.sum())
+            index = min(int(np.searchsorted(cdf, percentile / 100.0)) + 1, half)
+            threshold = np.array(min(float(edges[half + index]), float(amax)), dtype=dtype)
+            return (-threshold, threshold)
+        cut = collector("percentile", False, hist.size, 128, percentile, "same")
+        cut.histogram_dict = {"t": histogram}
+        lo, hi = cut.compute_percentile()["t"][:2]
+        return (np.array(lo, dtype=dtype), np.array(hi, dtype=dtype))
+    assert method == "entropy", method
+    if name not in entropy:
+        entropy[name] = _entropy_threshold(*_coarse(hist, edges))
+    width = entropy[name]
+    if symmetric:
+        return (np.array(-width, dtype=dtype), np.array(width, dtype=dtype))
+    # asymmetric: the entropy threshold clips the tails, never widens past what was seen
+    return (
+        np.array(max(-width, float(lowest)), dtype=dtype),
+        np.array(min(width, float(highest)), dtype=dtype),
+    )
+
+
+def _coarse(hist: NDArray[Any], edges: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+    """About :data:`ENTROPY_BINS` bins from a histogram symmetric about 0 (an even count of bins,
+    grown by ORT's merging as wider samples came): the outermost bins that do not fill a coarse one
+    are added to the ends."""
+    step = max(hist.size // ENTROPY_BINS, 1)
+    extra = (hist.size % (2 * step)) // 2
+    if extra:
+        trimmed = hist[extra:-extra].copy()
+        trimmed[0] += hist[:extra].sum()
+        trimmed[-1] += hist[-extra:].sum()
+        hist, edges = trimmed, edges[extra:-extra]
+    return hist.reshape(-1, step).sum(axis=1), edges[::step]
+
+
+def _entropy_threshold(hist: NDArray[Any], edges: NDArray[Any], quantized: int = 128) -> float:
+    """The half-width of the symmetric range whose 128-level quantization loses the least
+    information (KL divergence, TensorRT's entropy calibration), over a histogram symmetric about 0:
+    the same search as ONNX Runtime's, its inner loop in numpy."""
+    n = hist.size
+    centre, half = n // 2, quantized // 2
+    counts = hist.astype(np.float64)
+    best, best_width = np.inf, centre
+    stride = max(1, (centre - half) // ENTROPY_WIDTHS)
+    for width in range(half, centre + 1, stride):
+        middle = counts[centre - width : centre + width]
+        p = middle.copy()
+        p[0] += counts[: centre - width].sum()
+        p[-1] += counts[centre + width :].sum()
+        group = (np.arange(2 * width) * quantized) // (2 * width)
+        used = middle != 0
+        total = np.bincount(group, weights=middle, minlength=quantized)
+        nonzero = np.bincount(group, weights=used, minlength=quantized)
+        q = np.where(used, total[group] / np.maximum(nonzero[group], 1.0), 0.0)
+        if q.sum() == 0 or p.sum() == 0:
+            continue
+        p, q = p / p.sum(), q / q.sum()
+        seen = p > 0
+        kl = float(np.sum(p[seen] * np.log(p[seen] / np.maximum(q[seen], 1e-12))))
+        if kl < best:
+            best, best_width = kl, width
+    return float(edges[centre + best_width])
+
+
+def _distinct(
+    every: dict[tuple[str, bool], TensorsData],
+) -> tuple[list[tuple[str, bool]], list[tuple[str, str]]]:
+    """The candidates whose ranges differ from every earlier one's, and each left out with the
+    earlier candidate it equals."""
+    kept: list[tuple[str, bool]] = []
+    same: list[tuple[str, str]] = []
+    seen: dict[tuple[bool, bytes], tuple[str, bool]] = {}
+    for candidate, data in every.items():
+        symmetric = candidate[1]
+        # Symmetric INT8 takes max(|lowest|, |highest|) of a range: ranges that agree there are one.
+        ranges = [np.asarray(data[name].range_value, dtype=np.float32) for name in sorted(data.keys())]
+        values = [np.abs(r).max(keepdims=True) if symmetric else r for r in ranges]
+        fingerprint = (symmetric, b"".join(v.tobytes() for v in values))
+        earlier = seen.get(fingerprint)
+        if earlier is None:
+            seen[fingerprint] = candidate
+            kept.append(candidate)
+        else:
+            same.append((_label(candidate), _label(earlier)))
+    return kept, same
+
+
+def _label(candidate: tuple[str, bool]) -> str:
+    return f"{candidate[0]} {'symmetric' if candidate[1] else 'asymmetric'}"
+
+
+def _feed(calibrator: Any, samples: dict[str, NDArray[Any]], batch: int) -> None:
+    count = next(iter(samples.values())).shape[0]
+    step = max(batch, 1)
+    chunk = max(1, SAMPLES_PER_PASS // step) * step
+    with progress(count, "int8 calibration", unit="sample") as bar:
+        for start in range(0, count, chunk):
+            calibrator.collect_data(SampleReader(samples, batch, start, start + chunk))
+            bar.advance(min(chunk, count - start))
 
 
 def _collect(

@@ -198,3 +198,33 @@ def test_a_benchmark_from_another_run_gets_its_own_header_in_the_run_table(tmp_p
     first, second = text.split("\n\n*Measured 2026-02-03 04:05 UTC; CPU Other CPU")
     assert "`bench/results/a.json`, `bench/results/c.json`" in first
     assert "`bench/results/b.json`" in second
+
+
+def test_the_int8_search_block_has_a_row_per_model_and_method(tmp_path: Path) -> None:
+    line = "[det] variant int8: search: minmax asymmetric, 2 nodes in float"
+    found = {"passed": True, "mean_cosine": 0.99, "min_cosine": 0.97, "float_nodes": 2, "seconds": 40.0,
+             "ms": 2.5, "line": line}  # fmt: skip
+    plain = {
+        "passed": False,
+        "mean_cosine": 0.959,
+        "min_cosine": 0.84,
+        "float_nodes": 0,
+        "seconds": 3.0,
+        "ms": 2.0,
+    }
+    methods = {"ort_minmax": plain, "nncf_ac": {"error": "ValueError: no"}, "search": found}
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    data = {"machine": MACHINE, "rows": [], "results": {"tolerance": {"min_cosine": 0.95},
+            "models": {"det": {"what": "a detector", "fp32_ms": 4.0, "methods": methods}}}}  # fmt: skip
+    (results / "int8_search.json").write_text(json.dumps(data))
+    (tmp_path / "README.md").write_text("<!-- figures: int8_search -->\n<!-- /figures -->\n")
+    assert run(tmp_path, results, check=False) == ["README.md: block 'int8_search'"]
+    text = (tmp_path / "README.md").read_text()
+    assert (
+        "| det | ORT quantize_static, minmax, symmetric | **no** | 0.9590 / 0.8400 | 0 | 3.0 | 2.00 (4.00) |"
+        in text
+    )
+    assert "| det | NNCF quantize_with_accuracy_control | refused: ValueError: no |" in text
+    assert "| det | tritonforge's INT8 search | yes | 0.9900 / 0.9700 | 2 | 40.0 | 2.50 (4.00) |" in text
+    assert "`search: minmax asymmetric, 2 nodes in float`" in text

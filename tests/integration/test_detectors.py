@@ -51,8 +51,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for photo in sorted((Path(__file__).parents[2] / "calibration" / "resnet18" / "calib").glob("*.jpg"))[:6]:
         (calib / photo.name).write_bytes(photo.read_bytes())
     common = {
-        "task": "object-detection", "precisions": ["fp32", "fp16", "int8"], "calibration": {"data": "calib"},
-        "evaluation": {"data": "eval"}, "targets": {"local": {"serve": "fp32"}},
+        "task": "object-detection", "precisions": ["fp32", "fp16", "int8"], "evaluation": {"data": "eval"},
+        # Their random heads' INT8 misses the box tolerance: two trials of the search, judged on boxes.
+        "calibration": {"data": "calib", "search": {"max_trials": 2}},
+        "targets": {"local": {"serve": "fp32"}},
     }  # fmt: skip
     models = [
         {"name": "detr", "source": "detr", **common},

@@ -141,21 +141,27 @@ def test_efficientnet_labels_the_cat_photo_a_cat(client: grpcclient.InferenceSer
     assert label in {"tabby, tabby cat", "tiger cat", "Egyptian cat"} and int(index) in {281, 282, 285}
 
 
-def test_efficientnet_int8_is_published_where_the_cpu_has_vnni(zoo_repo: Path) -> None:
-    """FP16 and INT8 are verified by top-1 agreement besides cosine; INT8 passes with ONNX Runtime's
-    8-bit weights (VNNI) and fails with the 7-bit weights it needs elsewhere (cpu_has_vnni)."""
-    from builder.host import cpu_has_vnni
-
+def test_efficientnet_int8_is_published_where_the_search_met_its_tolerance(zoo_repo: Path) -> None:
+    """FP16 and INT8 are verified by top-1 agreement besides cosine. INT8's tolerance (mean 0.99, min
+    0.97, top-1 0.9) is more than its all-INT8 graph meets: it is published where the INT8 search found
+    a graph within it on this CPU, and the manifest keeps what the search tried either way."""
     entry = json.loads((zoo_repo / "manifest.json").read_text())["models"]["efficientnet_lite0"]
+    found = entry["stages"]["int8"]["search"]
     onnxruntime = {v for v in entry["published"].values() if Variant.parse(v).runtime == ONNXRUNTIME}
-    assert onnxruntime == ({"fp32", "fp16", "int8"} if cpu_has_vnni() else {"fp32", "fp16"})
+    assert onnxruntime - {"int8"} == {"fp32", "fp16"}
+    assert ("int8" in onnxruntime) == entry["verification"]["int8"]["passed"]
     assert Variant.parse(entry["served"]).precision in (Precision.FP32, Precision.BF16)  # serve: [fp32, bf16]
     for precision in ("fp16", "int8"):
         metrics = entry["verification"][precision]["metrics"]["logits"]
         assert metrics["top1"] is not None and metrics["min_cosine"] is not None
     assert entry["verification"]["fp16"]["metrics"]["logits"]["top1"] == 1.0
-    if not cpu_has_vnni():
-        assert any("top1" in f for f in entry["verification"]["int8"]["failures"])
+    assert found["trials"] and all("seconds" in t and "passed" in t for t in found["trials"])
+    assert not found["trials"][0]["passed"]  # no calibration method alone meets it
+    if found["verified"]:
+        assert found["float_nodes"] and found["exclude_nodes"]
+        assert {"fp32", "chosen"} <= set(found["speed_ms"]["onnxruntime"])
+    else:
+        assert found["line"].startswith("search: none verified")
 
 
 def test_smollm2_serves_the_dtype_auto_chose_among_those_verified(zoo_repo: Path) -> None:

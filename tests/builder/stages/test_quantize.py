@@ -378,3 +378,55 @@ def test_below_opset_13_the_graph_is_converted_for_per_channel_or_else_quantized
     )
     assert graph_opset(per_tensor.onnx) == 12 and weight_scale_sizes(per_tensor.onnx) == [1]
     ort.InferenceSession(str(per_tensor.onnx), providers=["CPUExecutionProvider"])
+
+
+def test_one_calibration_pass_gives_every_searched_methods_ranges(tmp_path: Path) -> None:
+    from builder.stages.quantize import Calibrated, Int8Config, calibrate_int8, quantize_config, ranges_file
+
+    fp32 = conv_net(tmp_path / "fp32.onnx")
+    model = spec(method="percentile")
+    calibrated = calibrate_int8(model, fp32, samples(), tmp_path / "ranges", candidates=True)
+    assert calibrated.candidates[0] == ("percentile 99.999", True)  # the spec's method first
+    methods = {m for m, _ in calibrated.candidates} | {a.rsplit(" ", 1)[0] for a, _ in calibrated.same_as}
+    assert {"minmax", "percentile 99.99", "percentile 99.9", "entropy", "distribution"} <= methods
+    # distribution's INT8 ranges are minmax's (here, with 24 samples, percentile 99.999's too): kept
+    # once, and said so
+    same = dict(calibrated.same_as)
+    assert same["distribution asymmetric"] == "minmax asymmetric"
+    assert same["distribution symmetric"] in {"minmax symmetric", same.get("minmax symmetric")}
+    for method, symmetric in calibrated.candidates:
+        assert (tmp_path / "ranges" / ranges_file(method, symmetric)).is_file()
+    again = Calibrated.read(tmp_path / "ranges", fp32, calibrated.to_info())
+    assert again.candidates == calibrated.candidates and again.same_as == calibrated.same_as
+    asymmetric = quantize_config(
+        model, again, tmp_path / "asym.onnx", Int8Recipe(), Int8Config("percentile 99.99", symmetric=False)
+    )
+    zero_points = [initializer(asymmetric, n.input[2]) for n in activation_quantizers(asymmetric).values()]
+    assert all(z.dtype == np.uint8 for z in zero_points) and any(z.any() for z in zero_points)
+    kept = quantize_config(
+        model, again, tmp_path / "kept.onnx", Int8Recipe(), Int8Config("minmax").with_float(("fc",))
+    )
+    gemm = next(n for n in onnx.load(str(kept)).graph.node if n.name == "fc")
+    assert gemm.input[1] == "wf"  # the Gemm in float reads its float weight
+    x = samples(8)["input"]
+    assert min_cosine(run(fp32, x), run(asymmetric, x)) > 0.98
+
+
+def test_wider_percentiles_clip_less() -> None:
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    from builder.stages.quantize import HISTOGRAM_BINS, _range
+
+    values = np.concatenate([RNG.standard_normal(100_000), [40.0, -30.0]]).astype(np.float32)
+    collector = HistogramCollector("entropy", False, HISTOGRAM_BINS, 128, 99.999, "same")
+    collector.collect_value({"t": [values]})
+    histogram = collector.histogram_dict["t"]
+    widths = []
+    for method in ("percentile 99.9", "percentile 99.99", "percentile 99.999", "minmax"):
+        lo, hi = _range(method, True, histogram, HistogramCollector, {}, "t")
+        assert float(lo) == -float(hi) or method == "minmax"
+        widths.append(float(hi))
+    assert widths == sorted(widths) and widths[-1] == pytest.approx(40.0)
+    lo, hi = _range("percentile 99.99", False, histogram, HistogramCollector, {}, "t")
+    assert -5 < float(lo) < -3 and 3 < float(hi) < 5  # both tails cut
+    assert 2.0 < float(_range("entropy", True, histogram, HistogramCollector, {}, "t")[1]) < 40.0

@@ -284,3 +284,60 @@ def test_openvino_variants_are_verified_on_openvino_and_say_what_they_computed(t
     else:
         with pytest.raises(ModelRefused, match="computes f32, not bf16"):
             verify_variant(bf16, Variant(Precision.BF16, "openvino"), path, {"x": x}, reference(x))
+
+
+def test_top_k_agreement_is_the_share_of_the_references_best_k_among_the_candidates() -> None:
+    ref = np.array([[5.0, 4.0, 3.0, 0.0], [0.0, 1.0, 2.0, 3.0]], dtype=np.float32)
+    cand = np.array([[4.0, 5.0, 0.0, 3.0], [0.0, 1.0, 2.0, 3.0]], dtype=np.float32)  # 2 of 3, 3 of 3
+    tolerance = Tolerance(topk={"k": 3, "min": 0.9})
+    metrics, failures = compare({"logits": ref}, {"logits": cand}, tolerance, [LOGITS])
+    assert metrics["logits"].topk == pytest.approx((2 / 3 + 1) / 2)
+    assert failures == ["output 'logits' top3 agreement 0.8333 < 0.9 allowed"]
+    assert metrics["logits"].to_json()["topk"] == pytest.approx(0.8333, abs=1e-4)
+    assert (
+        "topk"
+        not in compare({"logits": ref}, {"logits": ref}, Tolerance(top1=1.0), [LOGITS])[0]["logits"].to_json()
+    )
+
+
+def test_the_users_metric_judges_the_whole_outputs_with_its_bound() -> None:
+    from builder.stages.verify import judge, margin
+
+    ref = {"logits": RNG.normal(size=(4, 4)).astype(np.float32)}
+    seen: list[tuple[set[str], set[str]]] = []
+
+    def agreement(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> float:
+        seen.append((set(reference), set(candidate)))
+        return 0.5
+
+    at_least = Tolerance(metric={"function": "m.metrics:agreement", "min": 0.75})
+    judged = judge(ref, ref, at_least, [LOGITS], agreement)
+    assert judged.model_metrics == {"m.metrics:agreement": 0.5}
+    assert judged.failures == ["metric m.metrics:agreement 0.5000 < 0.75 allowed"]
+    assert margin(judged, at_least) == pytest.approx((0.5 - 0.75) / 0.75)
+    at_most = Tolerance(metric={"function": "m.metrics:agreement", "max": 0.6})
+    assert judge(ref, ref, at_most, [LOGITS], agreement).passed
+    assert seen[0] == ({"logits"}, {"logits"})
+
+
+def test_a_metric_needs_one_bound_and_a_function_reference() -> None:
+    with pytest.raises(ValueError, match="one bound"):
+        Tolerance(metric={"function": "m:f"})
+    with pytest.raises(ValueError, match="one bound"):
+        Tolerance(metric={"function": "m:f", "min": 0.1, "max": 0.2})
+    with pytest.raises(ValueError, match=r"package\.module:function"):
+        Tolerance(metric={"function": "not a function", "min": 0.1})
+    assert "topk" not in Tolerance(min_cosine=0.9).model_dump()  # keys of tolerances without them stay
+
+
+def test_margin_ranks_near_misses_above_far_ones() -> None:
+    from builder.stages.verify import judge, margin
+
+    tolerance = Tolerance(min_cosine=0.97, top1=0.9)
+    ref = RNG.normal(size=(8, 4)).astype(np.float32)
+    near = judge({"logits": ref}, {"logits": ref + 0.05}, tolerance, [LOGITS])
+    far = judge(
+        {"logits": ref}, {"logits": ref + RNG.normal(size=ref.shape).astype(np.float32)}, tolerance, [LOGITS]
+    )
+    assert margin(near, tolerance) > margin(far, tolerance)
+    assert margin(judge({"logits": ref}, {"logits": ref}, tolerance, [LOGITS]), tolerance) >= 0
