@@ -235,7 +235,7 @@ class TritonEngine:
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
         finally:
-            call.cancel()
+            call.cancel()  # nothing once pieces_of read the stream to its end; else cancels the request
 
     async def close(self) -> None:
         if self._refreshing is not None:

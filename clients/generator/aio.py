@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
@@ -16,6 +18,7 @@ from .core import (
     Generation,
     Piece,
     Prompt,
+    ends_request,
     fit_to_model,
     grpc_request,
     http_status_error,
@@ -32,8 +35,15 @@ from .core import (
 
 async def pieces_of(call: Any) -> AsyncIterator[Piece]:
     """The pieces of one gRPC ``ModelStreamInfer`` call (an async iterator of responses), up to its
-    final response; the caller owns the call and cancels it."""
+    final response; the caller owns the call and cancels it, which does nothing once the stream
+    ended. The stream is read to its end (its status) before the request's last response is handed
+    on, as in the sync `Generator` (``client.read_to_end``): cancelling a stream tritonserver is
+    finishing makes it keep the model."""
     async for response in call:
+        if ends_request(response):
+            with contextlib.suppress(grpc.RpcError):
+                async for _ in call:
+                    pass
         piece, final = piece_from_grpc(response)
         if piece is not None:
             yield piece

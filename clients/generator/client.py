@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import grpc
 import urllib3
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
@@ -18,6 +20,7 @@ from .core import (
     Generation,
     Piece,
     Prompt,
+    ends_request,
     fit_to_model,
     grpc_request,
     http_status_error,
@@ -30,6 +33,15 @@ from .core import (
     sse_events,
     with_lora,
 )
+
+
+def read_to_end(call: Any) -> None:
+    """Wait for a stream's status once its request has ended. tritonserver (2.51) keeps the request
+    of a stream cancelled while it is finishing it, and the model with it, so a stop would wait out
+    its exit timeout: only a stream left early is cancelled."""
+    with contextlib.suppress(grpc.RpcError):
+        for _ in call:
+            pass
 
 
 class Generator:
@@ -122,6 +134,8 @@ class Generator:
         call = self._stub.ModelStreamInfer(iter([grpc_request(self.model, fields)]), timeout=self.timeout)
         try:
             for response in call:
+                if ends_request(response):
+                    read_to_end(call)
                 piece, final = piece_from_grpc(response)
                 if piece is not None:
                     yield piece

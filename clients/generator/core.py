@@ -147,6 +147,15 @@ def _flat(array: np.ndarray[Any, Any] | list[Any] | None) -> list[Any]:
     return array if isinstance(array, list) else list(array.reshape(-1))
 
 
+def ends_request(response: Any) -> bool:
+    """Whether a ModelStreamInferResponse is its request's last: the final one, or an error that
+    Triton marks final or could not issue (such an error has no ``triton_final_response``)."""
+    params = response.infer_response.parameters
+    if response.error_message:
+        return "triton_final_response" not in params or bool(params["triton_final_response"].bool_param)
+    return "triton_final_response" in params and bool(params["triton_final_response"].bool_param)
+
+
 def piece_from_grpc(response: Any) -> tuple[Piece | None, bool]:
     """(the piece, whether it is the last) from a ModelStreamInferResponse; raises its error."""
     if response.error_message:

@@ -256,6 +256,92 @@ def test_the_async_generator_checks_the_models_inputs_too() -> None:
     asyncio.run(run())
 
 
+class StreamCall:
+    """A gRPC stream double: its responses, then its status (the end of iteration). Records a
+    cancel that comes before the status: tritonserver 2.51 then keeps the request's model."""
+
+    def __init__(self, responses: list[service_pb2.ModelStreamInferResponse]) -> None:
+        self.left, self.ended, self.cancelled_open = list(responses), False, False
+
+    def __iter__(self) -> StreamCall:
+        return self
+
+    def __next__(self) -> service_pb2.ModelStreamInferResponse:
+        if self.left:
+            return self.left.pop(0)
+        self.ended = True
+        raise StopIteration
+
+    def __aiter__(self) -> StreamCall:
+        return self
+
+    async def __anext__(self) -> service_pb2.ModelStreamInferResponse:
+        try:
+            return next(self)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def cancel(self) -> None:
+        self.cancelled_open = self.cancelled_open or not self.ended
+
+
+class StreamStub:
+    """A service stub whose ModelStreamInfer answers with one StreamCall of the given responses."""
+
+    def __init__(self, *responses: service_pb2.ModelStreamInferResponse) -> None:
+        self.call = StreamCall(list(responses))
+
+    def ModelStreamInfer(self, requests: Any, timeout: Any = None) -> StreamCall:
+        list(requests)
+        return self.call
+
+
+def _final_error(message: str) -> service_pb2.ModelStreamInferResponse:
+    response = service_pb2.ModelStreamInferResponse(error_message=message)
+    response.infer_response.parameters["triton_final_response"].bool_param = True
+    return response
+
+
+def test_a_finished_stream_is_read_to_its_status_not_cancelled_and_one_left_early_is_cancelled() -> None:
+    answers = (_grpc_response(" Par", False), _grpc_response("is", True))
+    with Generator("127.0.0.1:1", "smollm2") as gen:
+        gen._stub = whole = StreamStub(*answers)
+        assert gen.generate("Hi").text == " Paris"
+        assert whole.call.ended and not whole.call.cancelled_open
+        gen._stub = last = StreamStub(*answers)
+        pieces = gen.stream("Hi")
+        assert [next(pieces), next(pieces)] == [" Par", "is"]
+        pieces.close()  # the caller stops at the last piece: the stream had ended already
+        assert last.call.ended and not last.call.cancelled_open
+        gen._stub = refused = StreamStub(_final_error("text_input is empty"))
+        with pytest.raises(InvalidInput):
+            gen.generate("Hi")
+        assert refused.call.ended and not refused.call.cancelled_open
+        gen._stub = left = StreamStub(*answers)
+        pieces = gen.stream("Hi")
+        next(pieces)
+        pieces.close()
+        assert left.call.cancelled_open  # left early: the request is cancelled on the server
+
+
+def test_the_async_generator_reads_a_finished_stream_to_its_status_too() -> None:
+    async def run() -> tuple[StreamCall, StreamCall]:
+        answers = (_grpc_response(" Par", False), _grpc_response("is", True))
+        gen = AsyncGenerator("127.0.0.1:1", "smollm2")
+        gen._channel, gen._stub = object(), StreamStub(*answers)
+        whole = gen._stub.call
+        assert (await gen.generate("Hi")).text == " Paris"
+        gen._stub = StreamStub(*answers)
+        pieces = gen.stream("Hi")
+        await anext(pieces)
+        await pieces.aclose()
+        return whole, gen._stub.call
+
+    whole, left = asyncio.run(run())
+    assert whole.ended and not whole.cancelled_open
+    assert left.cancelled_open
+
+
 class FakeMetadataPool:
     """A test double of urllib3's pool answering only the metadata GET with the golden gpu model's."""
 
