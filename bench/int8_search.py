@@ -339,8 +339,10 @@ def search(
     from builder.records import BuildOptions
 
     work.mkdir(parents=True, exist_ok=True)
-    np.savez(work / "calib.npz", **{model.input: calib})
-    np.savez(work / "eval.npz", **{model.input: x})
+    # An unbatched graph's samples each carry its own batch axis of 1 (max_batch_size 0).
+    per_sample = (lambda a: a) if model.batched else (lambda a: a[:, None])
+    np.savez(work / "calib.npz", **{model.input: per_sample(calib)})
+    np.savez(work / "eval.npz", **{model.input: per_sample(x)})
     dims = list(model.shape) if model.batched else [1, *model.shape]
     entry: dict[str, Any] = {
         "name": model.name, "source": str(source), "precisions": ["fp32", "int8"],
@@ -375,7 +377,13 @@ def search(
     }  # fmt: skip
 
 
-def measure(model: Model) -> dict[str, Any]:
+METHODS = ("ort_minmax", "ort_percentile", "nncf", "nncf_ac", "search")
+
+
+def measure(
+    model: Model, methods: tuple[str, ...] = METHODS, kept: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Each of ``methods`` on ``model``; the others' figures taken from ``kept`` (an earlier run)."""
     work = WORK / "int8_search" / model.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -388,10 +396,12 @@ def measure(model: Model) -> dict[str, Any]:
     fp32_ms = ms_per_image(source, model.input, x)
     out: dict[str, Any] = {"what": model.what, "input": list(model.shape), "fp32_ms": round(fp32_ms, 2),
                            "calibration_images": len(calib), "evaluation_images": len(x),
-                           "methods": {}}  # fmt: skip
+                           "methods": dict((kept or {}).get("methods", {}))}  # fmt: skip
     pre = opset13(source, work)
 
     def plain(name: str, make: Callable[[], tuple[onnx.ModelProto | Path, int | None]]) -> None:
+        if name not in methods:
+            return
         start = time.perf_counter()
         try:
             made, kept = make()
@@ -411,6 +421,8 @@ def measure(model: Model) -> dict[str, Any]:
     plain("ort_percentile", lambda: (ort_static(model, pre, calib, work, percentile=True), None))
     plain("nncf", lambda: (nncf_quantize(model, fp32, calib, x, reference, False)[0], None))
     plain("nncf_ac", lambda: nncf_quantize(model, fp32, calib, x, reference, True))
+    if "search" not in methods:
+        return out
     try:
         found = search(model, source, calib, x, work / "search")
         ms = found["speed_ms"].get("onnxruntime", {})
@@ -425,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.int8_search", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=[m.name for m in MODELS])
     parser.add_argument("--resume", action="store_true", help="keep the other models' results in the file")
+    parser.add_argument("--method", action="append", choices=METHODS, help="run only these (with --resume: "
+                        "the others' figures kept from the file)")  # fmt: skip
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     ensure_packages()
@@ -442,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and model.name not in args.only:
             continue
         print(f"== {model.name}", flush=True)
-        models[model.name] = measure(model)
+        models[model.name] = measure(model, tuple(args.method or METHODS), previous.get(model.name))
         for name, m in models[model.name]["methods"].items():
             print(f"  {name}: {m}", flush=True)
         results = {"tolerance": TOLERANCE, "models": models}  # saved after each model
