@@ -629,10 +629,16 @@ def _feed(calibrator: Any, samples: dict[str, NDArray[Any]], batch: int) -> None
     count = next(iter(samples.values())).shape[0]
     step = max(batch, 1)
     chunk = max(1, SAMPLES_PER_PASS // step) * step
+    # ONNX Runtime's histogram collectors stack a pass's outputs into one array: a short last batch
+    # gets a pass of its own, so that every pass's batches have one shape.
+    full = count - count % step
+    passes = [(start, min(start + chunk, full)) for start in range(0, full, chunk)]
+    if full < count:
+        passes.append((full, count))
     with progress(count, "int8 calibration", unit="sample") as bar:
-        for start in range(0, count, chunk):
-            calibrator.collect_data(SampleReader(samples, batch, start, start + chunk))
-            bar.advance(min(chunk, count - start))
+        for start, end in passes:
+            calibrator.collect_data(SampleReader(samples, batch, start, end))
+            bar.advance(end - start)
 
 
 def _collect(
@@ -655,10 +661,16 @@ def _collect(
     count = next(iter(samples.values())).shape[0]
     step = max(batch, 1)
     chunk = max(1, SAMPLES_PER_PASS // step) * step
+    # ONNX Runtime's histogram collectors stack a pass's outputs into one array: a short last batch
+    # gets a pass of its own, so that every pass's batches have one shape.
+    full = count - count % step
+    passes = [(start, min(start + chunk, full)) for start in range(0, full, chunk)]
+    if full < count:
+        passes.append((full, count))
     with progress(count, "int8 calibration", unit="sample") as bar:
-        for start in range(0, count, chunk):
-            calibrator.collect_data(SampleReader(samples, batch, start, start + chunk))
-            bar.advance(min(chunk, count - start))
+        for start, end in passes:
+            calibrator.collect_data(SampleReader(samples, batch, start, end))
+            bar.advance(end - start)
     ranges = calibrator.compute_data()
     del calibrator
     return ranges

@@ -430,3 +430,27 @@ def test_wider_percentiles_clip_less() -> None:
     lo, hi = _range("percentile 99.99", False, histogram, HistogramCollector, {}, "t")
     assert -5 < float(lo) < -3 and 3 < float(hi) < 5  # both tails cut
     assert 2.0 < float(_range("entropy", True, histogram, HistogramCollector, {}, "t")[1]) < 40.0
+
+
+class _PassShapes:
+    """A calibrator that records the batch shapes of each pass (ONNX Runtime's histogram collectors
+    stack a pass's outputs, so a pass of two shapes fails there)."""
+
+    def __init__(self) -> None:
+        self.passes: list[set[tuple[int, ...]]] = []
+        self.rows = 0
+
+    def collect_data(self, reader: quantize.SampleReader) -> None:
+        shapes = set()
+        while (batch := reader.get_next()) is not None:
+            shapes.add(batch["x"].shape)
+            self.rows += batch["x"].shape[0] if batch["x"].ndim == 2 else 1
+        self.passes.append(shapes)
+
+
+@pytest.mark.parametrize(("count", "batch"), [(13, 4), (16, 4), (3, 8), (5, 0)])
+def test_each_calibration_pass_feeds_batches_of_one_shape(count: int, batch: int) -> None:
+    calibrator = _PassShapes()
+    quantize._feed(calibrator, {"x": np.zeros((count, 2), np.float32)}, batch)
+    assert all(len(shapes) == 1 for shapes in calibrator.passes), calibrator.passes
+    assert calibrator.rows == count  # every sample, once
