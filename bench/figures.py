@@ -615,6 +615,7 @@ INT8_METHODS = (
     ("nncf", "NNCF quantize"),
     ("nncf_ac", "NNCF quantize_with_accuracy_control"),
     ("search", "tritonforge's INT8 search"),
+    ("search_wide", "tritonforge's INT8 search, a wider budget"),
 )
 INT8_HEADER = (
     "| model | method | within tolerance | mean / min cosine | nodes in float | seconds | ms per image "
@@ -643,10 +644,12 @@ def render_int8_search(results: Sequence[Result], results_dir: Path) -> str:
         for key, label in INT8_METHODS:
             if key in model["methods"]:
                 lines.append(_int8_row(name, label, model["fp32_ms"], model["methods"][key]))
-        found = model["methods"].get("search", {})
-        if found.get("line"):
-            line = found["line"]
-            searched.append(f"* `{name}` ({model['what']}): `{line[line.find('search:') :]}`")
+        for key in ("search", "search_wide"):
+            found = model["methods"].get(key, {})
+            if found.get("line"):
+                line = found["line"]
+                budget = f", max_trials {found['max_trials']}" if "max_trials" in found else ""
+                searched.append(f"* `{name}` ({model['what']}{budget}): `{line[line.find('search:') :]}`")
     return _lines(*lines, "", "The search's lines in the build's log:", "", *searched)
 
 

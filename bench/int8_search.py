@@ -57,6 +57,7 @@ PACKAGES = (
     "pydot==4.0.1",
 )
 TOLERANCE = {"mean_cosine": 0.98, "min_cosine": 0.95}
+SEARCH = {"max_trials": 12, "max_seconds": 120.0}  # the build's default budget (--max-trials: another)
 SEED = 7
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -348,7 +349,7 @@ def search(
         "name": model.name, "source": str(source), "precisions": ["fp32", "int8"],
         "runtimes": ["onnxruntime"], "inputs": [{"name": model.input, "dtype": "FP32", "dims": dims}],
         "max_batch_size": 8 if model.batched else 0,
-        "calibration": {"data": "calib.npz"}, "evaluation": {"data": "eval.npz"},
+        "calibration": {"data": "calib.npz", "search": SEARCH}, "evaluation": {"data": "eval.npz"},
         "tolerances": {"fp32": {"min_cosine": 0.9999}, "int8": dict(TOLERANCE)},
     }  # fmt: skip
     spec = work / "models.yaml"
@@ -439,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep the other models' results in the file")
     parser.add_argument("--method", action="append", choices=METHODS, help="run only these (with --resume: "
                         "the others' figures kept from the file)")  # fmt: skip
+    parser.add_argument("--max-trials", type=int, help="the search's budget in trials (default: the build's)")
     args = parser.parse_args(argv)
+    if args.max_trials:  # a larger budget: whether a mixed graph exists at all
+        SEARCH.update(max_trials=args.max_trials, max_seconds=3600.0)
     os.chdir(ROOT)
     ensure_packages()
     info = machine()
@@ -456,7 +460,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and model.name not in args.only:
             continue
         print(f"== {model.name}", flush=True)
-        models[model.name] = measure(model, tuple(args.method or METHODS), previous.get(model.name))
+        kept = previous.get(model.name)
+        models[model.name] = measure(model, tuple(args.method or METHODS), kept)
+        if args.max_trials:  # beside the default budget's figures, not instead of them
+            methods = models[model.name]["methods"]
+            methods["search_wide"] = methods.pop("search", {}) | {"max_trials": args.max_trials}
+            if kept and "search" in kept["methods"]:
+                methods["search"] = kept["methods"]["search"]
         for name, m in models[model.name]["methods"].items():
             print(f"  {name}: {m}", flush=True)
         results = {"tolerance": TOLERANCE, "models": models}  # saved after each model
