@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont
 
 from bench.common import RESULTS, ROOT, WORK, machine, save
+from builder.spec import Search
 
 TOOLS = ROOT / ".tools" / "int8-bench"
 PACKAGES = (
@@ -57,7 +58,7 @@ PACKAGES = (
     "pydot==4.0.1",
 )
 TOLERANCE = {"mean_cosine": 0.98, "min_cosine": 0.95}
-SEARCH = {"max_trials": 12, "max_seconds": 120.0}  # the build's default budget (--max-trials: another)
+SEARCH = Search().model_dump()  # the build's default budget (--max-trials: another)
 SEED = 7
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))

@@ -235,7 +235,7 @@ class Search(Strict):
     fewest layers kept in float, each trial verified against the reference; ``max_trials: 0`` makes
     the one graph of ``method`` without a trial (the verify stage alone judges it)."""
 
-    max_trials: Annotated[int, Field(ge=0, le=1000)] = 12
+    max_trials: Annotated[int, Field(ge=0, le=1000)] = 24
     max_seconds: Annotated[float, Field(gt=0.0)] = 120.0
 
 
