@@ -633,6 +633,12 @@ def _int8_row(name: str, label: str, fp32_ms: float, m: Mapping[str, Any]) -> st
     return f"| {name} | {label} | {verdict} | {cosines} | {m['float_nodes']} | {m['seconds']:.1f} | {speed} |"
 
 
+def _short_search_line(line: str) -> str:
+    """The build's search line without its lists of nodes (the manifest and the log keep them)."""
+    line = re.sub(r" \([^()]*\) after", " after", line)
+    return line.split("; calibration.exclude_nodes:")[0]
+
+
 def render_int8_search(results: Sequence[Result], results_dir: Path) -> str:
     """bench.int8_search: each third-party model's INT8 by each method, against the same tolerance."""
     (r,) = results
@@ -647,7 +653,7 @@ def render_int8_search(results: Sequence[Result], results_dir: Path) -> str:
         for key in ("search", "search_wide"):
             found = model["methods"].get(key, {})
             if found.get("line"):
-                line = found["line"]
+                line = _short_search_line(found["line"])
                 budget = f", max_trials {found['max_trials']}" if "max_trials" in found else ""
                 searched.append(f"* `{name}` ({model['what']}{budget}): `{line[line.find('search:') :]}`")
     return _lines(*lines, "", "The search's lines in the build's log:", "", *searched)
