@@ -658,19 +658,7 @@ def _collect(
         providers=["CPUExecutionProvider"],
         extra_options=options,
     )
-    count = next(iter(samples.values())).shape[0]
-    step = max(batch, 1)
-    chunk = max(1, SAMPLES_PER_PASS // step) * step
-    # ONNX Runtime's histogram collectors stack a pass's outputs into one array: a short last batch
-    # gets a pass of its own, so that every pass's batches have one shape.
-    full = count - count % step
-    passes = [(start, min(start + chunk, full)) for start in range(0, full, chunk)]
-    if full < count:
-        passes.append((full, count))
-    with progress(count, "int8 calibration", unit="sample") as bar:
-        for start, end in passes:
-            calibrator.collect_data(SampleReader(samples, batch, start, end))
-            bar.advance(end - start)
+    _feed(calibrator, samples, batch)
     ranges = calibrator.compute_data()
     del calibrator
     return ranges
