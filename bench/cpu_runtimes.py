@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -171,25 +170,11 @@ def instances(config: dict[str, Any]) -> int:
 
 
 def drive(sessions: Sequence[Any], feed: dict[str, NDArray[Any]], seconds: float) -> float:
-    """Inferences per second with each session called back to back by a thread of its own."""
-    rows = next(iter(feed.values())).shape[0]
-    for s in sessions:
-        s.run(None, feed)  # first call: allocation, OpenVINO's shape-specific compile
-    counts = [0] * len(sessions)
-    start = time.perf_counter()
-    deadline = start + seconds
+    """Inferences per second with each session called back to back by a thread of its own: the
+    build's sizing measurement (``builder.stages.size.rows_per_s``) over ``seconds``."""
+    from builder.stages.size import rows_per_s
 
-    def loop(i: int) -> None:
-        while time.perf_counter() < deadline or counts[i] < 3:
-            sessions[i].run(None, feed)
-            counts[i] += 1
-
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(len(sessions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) * rows / (time.perf_counter() - start)
+    return rows_per_s(sessions, feed, next(iter(feed.values())).shape[0], seconds=seconds, min_calls=3)
 
 
 def in_process(

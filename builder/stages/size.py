@@ -24,6 +24,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -145,16 +146,23 @@ def latency_ms(session: Session, call: dict[str, NDArray[Any]]) -> float:
     return statistics.median(times) * 1000.0
 
 
-def rows_per_s(sessions: list[Session], call: dict[str, NDArray[Any]], rows: int) -> float:
-    """Rows per second with each session called back to back (``rows`` a call) by a thread of its own."""
+def rows_per_s(
+    sessions: Sequence[Session],
+    call: dict[str, NDArray[Any]],
+    rows: int,
+    seconds: float = C8_SECONDS,
+    min_calls: int = MIN_CALLS,
+) -> float:
+    """Rows per second with each session called back to back (``rows`` a call) by a thread of its
+    own, for ``seconds`` and at least ``min_calls`` calls each (the bench measures the same way)."""
     for s in sessions:
         s.run(None, call)  # warm-up: allocation, a shape-specific compile
     counts = [0] * len(sessions)
     start = time.perf_counter()
-    deadline = start + C8_SECONDS
+    deadline = start + seconds
 
     def loop(i: int) -> None:
-        while time.perf_counter() < deadline or counts[i] < MIN_CALLS:
+        while time.perf_counter() < deadline or counts[i] < min_calls:
             sessions[i].run(None, call)
             counts[i] += 1
 
