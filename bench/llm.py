@@ -30,17 +30,16 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench import llm_contention as contention
 from bench.common import cpu_flags, machine, save
+from bench.vllm_server import VLLMServer, vllm_openai_server
 from clients.perf.llm import LLMLoad, run_llm_perf
 from clients.perf.llm_prompts import load_chats, shape
 from clients.perf.llm_report import LLMReport
@@ -114,46 +113,15 @@ def write_naive_model(model_dir: Path, checkpoint: Path) -> None:
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg))
 
 
-@dataclass(frozen=True)
-class VLLMServer:
-    url: str  # host:port of its HTTP endpoint
-    pid: int  # its API server process (vLLM's engine core runs under it)
-
-
 @contextlib.contextmanager
 def vllm_openai(checkpoint: Path) -> Iterator[VLLMServer]:
     """``python -m vllm.entrypoints.openai.api_server`` with the engine settings Triton's model gets."""
-    from builder.server import find_free_port
-
-    port = find_free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-           "--served-model-name", MODEL, "--dtype", str(ENGINE["dtype"]),
-           "--max-model-len", str(ENGINE["max_model_len"]), "--max-num-seqs", str(ENGINE["max_num_seqs"]),
-           "--kv-cache-memory-bytes", str(int(float(ENGINE["kv_cache_space_gib"]) * 2**30)),
-           "--enable-prefix-caching", "--enforce-eager", "--seed", "0",
-           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    WORK.mkdir(parents=True, exist_ok=True)
-    log = (WORK / "vllm_openai.log").open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited; see {WORK / 'vllm_openai.log'}")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                    break
-            time.sleep(2)
-        else:
-            raise RuntimeError("vLLM's server did not become healthy")
-        yield VLLMServer(f"127.0.0.1:{port}", proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    args = ["--model", str(checkpoint), "--served-model-name", MODEL, "--dtype", str(ENGINE["dtype"]),
+            "--max-model-len", str(ENGINE["max_model_len"]), "--max-num-seqs", str(ENGINE["max_num_seqs"]),
+            "--kv-cache-memory-bytes", str(int(float(ENGINE["kv_cache_space_gib"]) * 2**30)),
+            "--enable-prefix-caching", "--enforce-eager", "--seed", "0"]  # fmt: skip
+    with vllm_openai_server(args, WORK / "vllm_openai.log", START_TIMEOUT) as server:
+        yield server
 
 
 def shared_prefix_chats(chats: list[Any]) -> list[Any]:

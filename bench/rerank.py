@@ -24,18 +24,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from bench.common import ROOT, WORK, Options, Row, machine, save
+from bench.vllm_server import vllm_openai_server
 
 MODEL = "ranker"
 PIPELINE = f"{MODEL}_pipeline"
@@ -132,33 +131,11 @@ def vllm_skipped() -> str | None:
 @contextmanager
 def vllm_server(ckpt: Path) -> Iterator[str]:
     """vLLM's own server on the checkpoint as a pooling model (float32, eager: what it runs here)."""
-    from builder.server import find_free_port
-
-    port = find_free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ckpt),
-           "--served-model-name", PIPELINE, "--runner", "pooling", "--dtype", "float32",
-           "--max-model-len", "512", "--enforce-eager", "--kv-cache-memory-bytes", str(512 << 20),
-           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    with (WHERE / "vllm.log").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vLLM's server exited; see {WHERE / 'vllm.log'}")
-                with suppress(OSError):
-                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                        break
-                time.sleep(2)
-            else:
-                raise RuntimeError("vLLM's server did not become healthy")
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    args = ["--model", str(ckpt), "--served-model-name", PIPELINE, "--runner", "pooling",
+            "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
+            "--kv-cache-memory-bytes", str(512 << 20)]  # fmt: skip
+    with vllm_openai_server(args, WHERE / "vllm.log", START_TIMEOUT) as server:
+        yield server.http_url
 
 
 async def load(url: str, asks: list[tuple[str, list[str]]], concurrency: int) -> dict[str, Any]:

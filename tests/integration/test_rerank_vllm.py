@@ -8,11 +8,6 @@ in the engine group (tests/engines.py), which stops the session's shared servers
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +16,10 @@ import httpx
 import pytest
 import yaml
 
+from bench.vllm_server import vllm_openai_server
 from builder.pipeline import build
 from builder.records import BuildOptions
-from builder.server import TritonServer, find_free_port
+from builder.server import TritonServer
 from openai_frontend.app import Settings
 from openai_frontend.server import OpenAIServer
 from openai_frontend.triton import TritonEngine
@@ -65,33 +61,12 @@ def ours(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 @pytest.fixture(scope="module")
 def vllm(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m vllm.entrypoints.openai.api_server`` serving the checkpoint as a pooling model."""
-    port = find_free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-           "--served-model-name", MODEL, "--runner", "pooling", "--dtype", "float32",
-           "--max-model-len", "64", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20),
-           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    args = ["--model", str(checkpoint), "--served-model-name", MODEL, "--runner", "pooling",
+            "--dtype", "float32", "--max-model-len", "64", "--enforce-eager",
+            "--kv-cache-memory-bytes", str(64 << 20)]  # fmt: skip
     log_path = tmp_path_factory.mktemp("vllm-rerank") / "vllm.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    pytest.fail(f"vLLM's server exited: {log_path.read_text()[-3000:]}")
-                with contextlib.suppress(OSError):
-                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                        break
-                time.sleep(1)
-            else:
-                pytest.fail(f"vLLM's server was not up in {START_TIMEOUT} s: {log_path.read_text()[-3000:]}")
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    with vllm_openai_server(args, log_path, START_TIMEOUT) as server:  # NotUp: its log's tail
+        yield server.http_url
 
 
 def _both(ours: str, vllm: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response, httpx.Response]:
