@@ -17,39 +17,7 @@ from builder.python_models.hf_image_processor import model as image_model
 from builder.python_models.hf_object_detection import model as queries_model
 from builder.python_models.letterbox import model as letterbox_model
 from tests.builder.fixtures import detectors
-
-
-class Request:
-    def __init__(self, tensors: dict[str, Any], parameters: dict[str, Any] | None = None) -> None:
-        self.tensors, self.params = tensors, json.dumps(parameters or {})
-
-    def parameters(self) -> str:
-        return self.params
-
-
-class FakePb:
-    """The few ``pb_utils`` names the models call."""
-
-    class TritonError:
-        def __init__(self, message: str) -> None:
-            self.message = message
-
-    class InferenceResponse:
-        def __init__(self, output_tensors: Any = None, error: Any = None) -> None:
-            self.outputs = {t.name: t.array for t in output_tensors or []}
-            self.error = error
-
-    class Tensor:
-        def __init__(self, name: str, array: np.ndarray[Any, Any]) -> None:
-            self.name, self.array = name, array
-
-    @staticmethod
-    def get_input_tensor_by_name(request: Request, name: str) -> Any:
-        class Held:
-            def as_numpy(self) -> Any:
-                return request.tensors[name]
-
-        return Held()
+from tests.builder.python_models.pb_doubles import FakePb, Request
 
 
 def images(*items: bytes) -> np.ndarray[Any, Any]:

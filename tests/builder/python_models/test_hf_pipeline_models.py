@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -15,31 +13,11 @@ from PIL import Image
 from builder.python_models.hf_image_processor import model as image_model
 from builder.python_models.hf_tokenizer import model as tokenizer_model
 from tests.builder.fixtures import hf_checkpoints as hf
+from tests.builder.python_models.pb_doubles import FakePb, Request
 
 
-class FakePb:
-    """The few ``pb_utils`` names the tokenizer model calls."""
-
-    class TritonError:
-        def __init__(self, message: str) -> None:
-            self.message = message
-
-    class InferenceResponse:
-        def __init__(self, output_tensors: Any = None, error: Any = None) -> None:
-            self.outputs = {t.name: t.array for t in output_tensors or []}
-            self.error = error
-
-    class Tensor:
-        def __init__(self, name: str, array: np.ndarray[Any, Any]) -> None:
-            self.name, self.array = name, array
-
-    @staticmethod
-    def get_input_tensor_by_name(request: Any, name: str) -> Any:
-        return SimpleNamespace(as_numpy=lambda: request[name])
-
-
-def request(*texts: str) -> dict[str, Any]:
-    return {"TEXT": np.array([[t.encode()] for t in texts], dtype=object)}
+def request(*texts: str) -> Request:
+    return Request({"TEXT": np.array([[t.encode()] for t in texts], dtype=object)})
 
 
 def test_each_request_is_tokenized_as_if_sent_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,9 +38,9 @@ def test_each_request_is_tokenized_as_if_sent_alone(tmp_path: Path, monkeypatch:
     assert not together[1].outputs["attention_mask"][1].all()  # within a request, padded to its longest
 
 
-def pairs(*rows: tuple[str, str]) -> dict[str, Any]:
-    return {"TEXT": np.array([[q.encode()] for q, _ in rows], dtype=object),
-            "TEXT_PAIR": np.array([[d.encode()] for _, d in rows], dtype=object)}  # fmt: skip
+def pairs(*rows: tuple[str, str]) -> Request:
+    return Request({"TEXT": np.array([[q.encode()] for q, _ in rows], dtype=object),
+                    "TEXT_PAIR": np.array([[d.encode()] for _, d in rows], dtype=object)})  # fmt: skip
 
 
 def test_pairs_are_tokenized_per_request_and_a_query_too_long_fails_its_request_alone(
@@ -76,7 +54,7 @@ def test_pairs_are_tokenized_per_request_and_a_query_too_long_fails_its_request_
     model.tokenizer = tokenizer_model.load_tokenizer(tmp_path)
     good = pairs(("where is the cat", "the cat sat on the mat"), ("paris", "is a city"))
     too_long, uneven = pairs(("the cat sat on the mat and the dog ran in the park", "a")), pairs(("a", "b"))
-    uneven["TEXT_PAIR"] = uneven["TEXT_PAIR"][:0]
+    uneven.tensors["TEXT_PAIR"] = uneven.tensors["TEXT_PAIR"][:0]
     answers = model.execute([good, too_long, uneven])
     assert answers[0].error is None and answers[0].outputs["NUM_TOKENS"].tolist() == [[13], [7]]
     assert answers[0].outputs["token_type_ids"][0].tolist() == [0] * 6 + [1] * 4  # the document cut
