@@ -4,44 +4,21 @@ its cache key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from builder.cache import StageCache
-from builder.records import BuildContext
-from builder.sources import source_of
-from builder.spec import load_spec
-from builder.stages.base import ModelJob, run_stage
-from builder.stages.check import CHECK
-from builder.stages.export import EXPORT
+from builder.stages.base import run_stage
 from builder.stages.int8 import INT8
 from builder.stages.int8_ranges import INT8_RANGES
-from builder.stages.reference import REFERENCE
+from tests.builder.stages.jobs import referenced_job
 
 pytestmark = pytest.mark.slow  # exports and quantizes the tiny model
-
-
-def job(project: Path, **changes: Any) -> ModelJob:
-    spec_file = project / "models.yaml"
-    raw = yaml.safe_load(spec_file.read_text())
-    raw["models"][0].update(changes)
-    spec_file.write_text(yaml.safe_dump(raw))
-    spec = load_spec(spec_file)
-    ctx = BuildContext(
-        spec, spec_file, project, StageCache(project / "cache", lambda _: None), lambda _: None
-    )
-    made = ModelJob(spec.models[0], ctx, source_of(spec.models[0]))
-    for stage in (EXPORT, CHECK, REFERENCE):
-        run_stage(made, stage)
-    return made
 
 
 def test_the_first_configuration_that_verifies_is_kept_and_a_rebuild_searches_nothing(
     tiny_project: Path,
 ) -> None:
-    made = job(tiny_project)
+    made = referenced_job(tiny_project)
     run_stage(made, INT8_RANGES)
     result = run_stage(made, INT8)
     found = result.info["search"]
@@ -54,11 +31,11 @@ def test_the_first_configuration_that_verifies_is_kept_and_a_rebuild_searches_no
     assert str(found["line"]).startswith(f"search: {trial['method']} asymmetric, every node quantized")
     assert "note" not in result.info  # the opset conversion's, where there was one
 
-    again = job(tiny_project)
+    again = referenced_job(tiny_project)
     run_stage(again, INT8_RANGES)
     assert run_stage(again, INT8).skipped
     tighter = {"fp32": {"min_cosine": 0.9999}, "fp16": {"min_cosine": 0.999}, "int8": {"min_cosine": 0.96}}
-    changed = job(tiny_project, tolerances=tighter)
+    changed = referenced_job(tiny_project, tolerances=tighter)
     assert run_stage(changed, INT8_RANGES).skipped  # the calibration does not depend on the tolerance
     assert not run_stage(changed, INT8).skipped  # the search does
 
@@ -66,7 +43,7 @@ def test_the_first_configuration_that_verifies_is_kept_and_a_rebuild_searches_no
 def test_a_tolerance_nothing_meets_is_said_with_the_closest_configuration(tiny_project: Path) -> None:
     impossible = {"fp32": {"min_cosine": 0.9999}, "fp16": {"min_cosine": 0.999}, "int8": {"max_abs": 0.0}}
     calibration = {"data": "data/calib.npz", "method": "minmax", "search": {"max_trials": 5}}
-    made = job(tiny_project, tolerances=impossible, calibration=calibration)
+    made = referenced_job(tiny_project, tolerances=impossible, calibration=calibration)
     run_stage(made, INT8_RANGES)
     result = run_stage(made, INT8)
     found = result.info["search"]
@@ -82,7 +59,7 @@ def test_a_tolerance_nothing_meets_is_said_with_the_closest_configuration(tiny_p
 
 def test_no_search_makes_the_spec_methods_graph_alone(tiny_project: Path) -> None:
     calibration = {"data": "data/calib.npz", "method": "minmax", "search": {"max_trials": 0}}
-    made = job(tiny_project, calibration=calibration)
+    made = referenced_job(tiny_project, calibration=calibration)
     ranges = run_stage(made, INT8_RANGES)
     assert "candidates" not in ranges.info
     result = run_stage(made, INT8)
