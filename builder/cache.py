@@ -17,9 +17,10 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DONE = "stage.json"
 
@@ -35,6 +36,20 @@ def file_hash(path: Path) -> str:
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def arrays_hash(arrays: Mapping[str, Any], seed: bytes = b"") -> str:
+    """Hash of named arrays by content (``seed`` first): each name, dtype, shape and its values. Not
+    the bytes of the ``.npz`` that holds them, which carry each entry's write time."""
+    import numpy as np
+
+    digest = hashlib.sha256(seed)
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
+        # an object array's bytes are pointers: its values are hashed by their text
+        digest.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
     return digest.hexdigest()
 
 

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
 
+from builder.cache import arrays_hash
 from builder.engines.detect import TensorRTAvailability
 from builder.engines.request import BuildRequest
 from builder.stages.base import tool_version
@@ -139,12 +139,7 @@ def stale_reason(
 
 def verification_key(tolerance: object, arrays: Mapping[str, NDArray[Any]]) -> str:
     """Hash of what a plan is verified with: the tolerance (as JSON) and the evaluation arrays."""
-    digest = hashlib.sha256(json.dumps(tolerance, sort_keys=True, default=str).encode())
-    for name in sorted(arrays):
-        value = np.ascontiguousarray(arrays[name])
-        digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
+    return arrays_hash(arrays, seed=json.dumps(tolerance, sort_keys=True, default=str).encode())
 
 
 def is_stale(plan: Path, availability: TensorRTAvailability, expected: Fingerprint | None = None) -> bool:

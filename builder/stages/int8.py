@@ -14,7 +14,6 @@ searches nothing.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from builder.cache import key_of
+from builder.cache import arrays_hash, key_of
 from builder.errors import ModelRefused
 from builder.host import kernel_flags
 from builder.progress import Progress, progress
@@ -123,18 +122,7 @@ def _reference_content(job: ModelJob) -> str:
     """The evaluation samples and the source's outputs the trials are judged against, by content:
     a re-export that gives the same answers searches nothing again."""
     inputs, reference = load_reference(job.result(REFERENCE.name).out)
-    return key_of(_arrays_digest(inputs), _arrays_digest(reference))
-
-
-def _arrays_digest(arrays: dict[str, NDArray[Any]]) -> str:
-    """The arrays' names, dtypes, shapes and bytes: an ``.npz`` file's own bytes hold each entry's
-    write time, so two runs of the same reference differ there and nowhere else."""
-    digest = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        digest.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        digest.update(a.tobytes() if a.dtype != object else repr(a.tolist()).encode())
-    return digest.hexdigest()
+    return key_of(arrays_hash(inputs), arrays_hash(reference))
 
 
 def _search_key(job: ModelJob) -> dict[str, Any] | None:
