@@ -202,6 +202,9 @@ def _write_core(b: ModelBuild, r: Repository, root: Path) -> Json:
         # The race's finalists as sized here, and the sizing the served variant runs at.
         "sizing": {v.name: report.to_json() for v, report in b.sizings.items()},
         "served_at": sizing_json(r.target.sizing_of(b, b.served)),
+        "published_at": {
+            e.name: sizing_json(r.target.sizing_of(b, e.variant)) for e in entries if e.variant is not None
+        },
         "artifacts": artifacts,
     }
     refused = r.target.refusals(b)

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.estimate.llm import LLMRow, checkpoint_sizes, llm_rows
-from builder.estimate.plan import MIB, SERVER_BASE, Row, core_rows, python_row
-from builder.estimate.rss import Measured, measure, measure_llms
+from builder.estimate.plan import MIB, SERVER_BASE, CpuServing, Row, core_rows, python_row
+from builder.estimate.rss import Load, Measured, measure, measure_llms
 from builder.spec import ModelSpec, Spec, Variant
 
 
@@ -21,19 +21,30 @@ def host_memory() -> int:
 
 
 def plan(spec: Spec, repo: Path) -> list[Row]:
-    """Rows for every core model (each variant, cpu and gpu) and every Python model."""
+    """Rows for every core model (each published variant on the cpu as the build serves it, each
+    precision on the gpu) and every Python model."""
     manifest = json.loads((repo / "manifest.json").read_text())
     rows: list[Row] = []
     for model in spec.models:
         entry = manifest["models"][model.name]
-        served = Variant.parse(entry["served"]).precision
         graphs = {
-            Variant.parse(v).precision: repo / name / "1" / "model.onnx"
+            Variant.parse(v).precision.graph: repo / name / "1" / "model.onnx"
             for name, v in entry["published"].items()
         }
-        rows += core_rows(model, graphs, served)
+        rows += core_rows(model, graphs, Variant.parse(entry["served"]), published(model, entry))
     rows += [python_row(pm) for pm in spec.python_models]
     return rows
+
+
+def published(model: ModelSpec, entry: dict[str, Any]) -> list[CpuServing]:
+    """Each published variant of a manifest's entry at the instances the build serves it at (the
+    served one's ``served_at``, the others' ``published_at``; the spec's where none is recorded)."""
+    sizes = {entry["served"]: entry.get("served_at") or {}}
+    sizes |= {entry["published"][n]: at for n, at in (entry.get("published_at") or {}).items()}
+    return [
+        CpuServing(Variant.parse(v), int(sizes.get(v, {}).get("instances", model.instances.count)))
+        for v in dict.fromkeys(entry["published"].values())
+    ]
 
 
 def served_models(spec: Spec, repo: Path) -> dict[str, tuple[ModelSpec, str]]:
@@ -49,12 +60,13 @@ def served_models(spec: Spec, repo: Path) -> dict[str, tuple[ModelSpec, str]]:
 def compare(rows: list[Row], repo: Path, spec: Spec, log: Any = None) -> list[dict[str, Any]]:
     """Estimate vs measured (server + stubs) for each published core variant, loaded alone."""
     served = served_models(spec, repo)
-    baseline, measured = measure(repo, {n: m for n, (m, _) in served.items()}, log=log or (lambda _: None))
+    cpu = {(r.model, r.variant): r for r in rows if r.device == "cpu"}
+    loads = {n: Load(m, cpu[m.name, v].instances) for n, (m, v) in served.items()}
+    baseline, measured = measure(repo, loads, log=log or (lambda _: None))
     out = []
     for m in measured:
         model, variant = served[m.model]
-        precision = Variant.parse(variant).precision.value  # rows are per precision (its graph)
-        row = next(r for r in rows if r.model == model.name and r.variant == precision and r.device == "cpu")
+        row = cpu[model.name, variant]
         out.append(_result(m, baseline, model.name, variant, row.total, row.model_bytes))
     return out
 

@@ -3,12 +3,13 @@ times instances, against the memory of the GPU (or the host).
 
 Device model (stated so it can be checked; ``tritonforge estimate --measure`` does):
 
-* ``cpu`` (the local target: ONNX Runtime inside a Python-backend stub, one process per
-  instance): each instance holds the stub (``STUB_BASE``: interpreter, numpy, onnxruntime),
-  its own weights, its own activations (``ARENA_GROWTH`` times the walked peak: ONNX Runtime's
-  CPU arena grows in doubling regions and keeps them, so it holds up to twice the peak of live
-  tensors), and the request/response tensors; the server process
-  (``SERVER_BASE``) holds one more copy of the request/response tensors (shared memory).
+* ``cpu`` (the local target: the variant's runtime inside a Python-backend stub, one process
+  per instance, as many instances as the build sized it at): each instance holds the stub (the
+  runtime's ``stub_memory``: interpreter, numpy, the library), its own weights, its own
+  activations (``ARENA_GROWTH`` times the walked peak: ONNX Runtime's CPU arena grows in
+  doubling regions and keeps them, so it holds up to twice the peak of live tensors), and the
+  request/response tensors; the server process (``SERVER_BASE``) holds one more copy of the
+  request/response tensors (shared memory).
   ONNX Runtime's CPU kernels compute fp16 models in fp32 (inserted casts), so activations
   count 4 bytes per element for fp32/fp16/int8_dynamic and 1 for static int8 (QLinear ops).
 * ``gpu`` (TensorRT): weights once per model at the variant's precision, activations per
@@ -21,7 +22,7 @@ input's profile max shape, from ONNX shape inference (no fusion or in-place reus
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,13 @@ from typing import Any
 import onnx
 
 from builder.estimate.graph import FLOAT_TYPES, activation_peak, count_params, io_bytes, natural_bytes
-from builder.spec import ModelSpec, Precision, PythonModelSpec
+from builder.spec import ModelSpec, Precision, PythonModelSpec, Variant
 
 MIB = 1024**2
 GIB = 1024**3
 # Measured here (tritonserver 2.51 from nvidia-pytriton 0.7, Python 3.11, onnxruntime 1.31):
 SERVER_BASE = 34 * MIB  # tritonserver, explicit model control, nothing loaded
-STUB_BASE = 64 * MIB  # one Python-backend stub with numpy and onnxruntime imported, tiny model
+STUB_BASE = Variant(Precision.FP32).cpu_runtime.stub_memory  # a stub on the default runtime
 SERVER_IO_COPIES = 2  # the server holds a request's tensors twice: the HTTP/gRPC body and the shm copy
 GPU_CONTEXT = 300 * MIB  # CUDA context and TensorRT runtime (not measurable here: no GPU)
 
@@ -83,6 +84,7 @@ class Row:
     total: int  # this model loaded alone, server process included (cpu) or context included (gpu)
     model_bytes: int  # what the model adds: total minus the server / GPU context
     served: bool = False
+    stub: int = 0  # one instance's stub before the model's own bytes (cpu)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,49 +106,81 @@ def max_shapes(model: ModelSpec) -> dict[str, list[int]]:
     return {t.name: batch + list(model.shape_range(t).max) for t in model.inputs}
 
 
-def core_rows(model: ModelSpec, graphs: Mapping[Precision, Path], served: Precision | None) -> list[Row]:
-    """Rows for each variant on cpu and gpu. ``graphs``: the ONNX file of each built variant;
-    parameters are counted on the fp32 graph (else any), activations on the variant's own graph
-    for the cpu (what ONNX Runtime runs) and on the fp32 graph, scaled, for the gpu (TensorRT
-    fuses Q/DQ)."""
+@dataclass(frozen=True)
+class CpuServing:
+    """How the build serves a variant on the CPU: its runtime (in the variant) and its instances."""
+
+    variant: Variant
+    instances: int
+
+
+def cpu_servings(model: ModelSpec, published: Sequence[CpuServing] = ()) -> list[CpuServing]:
+    """The published variants as served, then each precision of the spec that none of them runs,
+    on the default runtime at the spec's instances."""
+    done = {s.variant.precision for s in published}
+    rest = [CpuServing(Variant(p), model.instances.count) for p in model.precisions if p not in done]
+    return list(published) + rest
+
+
+def core_rows(
+    model: ModelSpec, graphs: Mapping[Precision, Path], served: Variant | None,
+    published: Sequence[CpuServing] = (),
+) -> list[Row]:  # fmt: skip
+    """Rows for each variant on the cpu (``published`` as the build serves them, see
+    ``cpu_servings``) and each precision on the gpu. ``graphs``: the ONNX file of each built
+    precision; parameters are counted on the fp32 graph (else any), activations on the variant's
+    own graph for the cpu (what its runtime runs) and on the fp32 graph, scaled, for the gpu
+    (TensorRT fuses Q/DQ)."""
     loaded = {p: onnx.load(str(path)) for p, path in graphs.items()}
     reference = loaded.get(Precision.FP32) or next(iter(loaded.values()))
-    params = count_params(reference)
-    shapes = max_shapes(model)
-    shape_text = ", ".join(f"{k}{v}" for k, v in shapes.items())
-    n = model.instances.count
-    rows = []
-    for device in ("cpu", "gpu"):
-        for precision in model.precisions:
-            if precision not in ACT_BYTES[device]:
-                continue
-            graph = loaded.get(precision, reference) if device == "cpu" else reference
-            size = elem_bytes_for(device, precision)
-            weights = params * PARAM_BYTES[precision]
-            resident = params * RESIDENT_PARAM_BYTES[device][precision]
-            peak = activation_peak(graph, shapes, size)
-            act = peak * ARENA_GROWTH if device == "cpu" else peak
-            io = io_bytes(graph, shapes, size)
-            if device == "cpu":
-                model_bytes = n * (STUB_BASE + resident + act + io) + SERVER_IO_COPIES * io
-                total = SERVER_BASE + model_bytes
-            else:
-                model_bytes = resident + n * act
-                total = GPU_CONTEXT + model_bytes
-            row = Row(model.name, precision.value, device, params, weights, act, io, n, shape_text, total,
-                      model_bytes, served=(device == "cpu" and precision == served))  # fmt: skip
-            if act != peak:
-                row.notes.append(f"activations: arena bound {ARENA_GROWTH} x live peak {peak / MIB:.1f} MiB")
-            if resident != weights:
-                row.notes.append(f"resident weights {resident / MIB:.1f} MiB (int8 + fp32 copy)")
-            rows.append(row)
+    rows = [
+        _cpu_row(model, s, loaded.get(s.variant.precision, reference), reference, served)
+        for s in cpu_servings(model, published)
+    ]
+    rows += [_gpu_row(model, p, reference) for p in model.precisions if p in ACT_BYTES["gpu"]]
     return rows
+
+
+def _cpu_row(model: ModelSpec, s: CpuServing, graph: onnx.ModelProto, reference: onnx.ModelProto,
+             served: Variant | None) -> Row:  # fmt: skip
+    precision, n = s.variant.precision, s.instances
+    params, shapes = count_params(reference), max_shapes(model)
+    size = elem_bytes_for("cpu", precision)
+    weights = params * PARAM_BYTES[precision]
+    resident = params * RESIDENT_PARAM_BYTES["cpu"][precision]
+    peak = activation_peak(graph, shapes, size)
+    act = peak * ARENA_GROWTH
+    io = io_bytes(graph, shapes, size)
+    stub = s.variant.cpu_runtime.stub_memory
+    model_bytes = n * (stub + resident + act + io) + SERVER_IO_COPIES * io
+    row = Row(model.name, s.variant.name, "cpu", params, weights, act, io, n, _shape_text(shapes),
+              SERVER_BASE + model_bytes, model_bytes, served=s.variant == served, stub=stub)  # fmt: skip
+    if act != peak:
+        row.notes.append(f"activations: arena bound {ARENA_GROWTH} x live peak {peak / MIB:.1f} MiB")
+    if resident != weights:
+        row.notes.append(f"resident weights {resident / MIB:.1f} MiB (int8 + fp32 copy)")
+    return row
+
+
+def _gpu_row(model: ModelSpec, precision: Precision, reference: onnx.ModelProto) -> Row:
+    params, shapes, n = count_params(reference), max_shapes(model), model.instances.count
+    size = elem_bytes_for("gpu", precision)
+    weights = params * PARAM_BYTES[precision]
+    resident = params * RESIDENT_PARAM_BYTES["gpu"][precision]
+    act = activation_peak(reference, shapes, size)
+    model_bytes = resident + n * act
+    return Row(model.name, precision.value, "gpu", params, weights, act, io_bytes(reference, shapes, size), n,
+               _shape_text(shapes), GPU_CONTEXT + model_bytes, model_bytes)  # fmt: skip
+
+
+def _shape_text(shapes: Mapping[str, list[int]]) -> str:
+    return ", ".join(f"{k}{v}" for k, v in shapes.items())
 
 
 def python_row(pm: PythonModelSpec) -> Row:
     n = pm.instances.count
     return Row(pm.name, "python", "cpu", 0, 0, 0, 0, n, "-", SERVER_BASE + n * STUB_BASE, n * STUB_BASE,
-               served=True)  # fmt: skip
+               served=True, stub=STUB_BASE)  # fmt: skip
 
 
 def advise(rows: list[Row], capacity: int, device: str, models: dict[str, ModelSpec]) -> list[str]:
@@ -178,7 +212,7 @@ def advise(rows: list[Row], capacity: int, device: str, models: dict[str, ModelS
             cuts.append((saved, f"max shape: {r.model} max_batch_size {spec.max_batch_size} -> "
                                 f"{spec.max_batch_size // 2}"))  # fmt: skip
         if r.instances > 1:
-            per = r.activations + (r.weights + STUB_BASE + r.io if device == "cpu" else 0)
+            per = r.activations + (r.weights + r.stub + r.io if device == "cpu" else 0)
             cuts.append((per * (r.instances - 1), f"instances: {r.model} {r.instances} -> 1"))
     for saved, text in sorted((c for c in cuts if c[0] > 0), key=lambda c: -c[0]):
         lines.append(f"  - {text}: saves {_size(saved)}")

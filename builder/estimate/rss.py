@@ -59,6 +59,14 @@ def tree_rss(pid: int) -> tuple[int, int]:
     return vm_rss(pid), sum(vm_rss(c) for c in children(pid))
 
 
+@dataclass(frozen=True)
+class Load:
+    """A served model to measure: its spec and the instances it is served at."""
+
+    spec: ModelSpec
+    instances: int
+
+
 @dataclass
 class Measured:
     model: str
@@ -71,16 +79,16 @@ class Measured:
         return self.server + self.stubs
 
 
-def max_shape_requests(model: ModelSpec, url: str, name: str, rounds: int = ROUNDS) -> None:
+def max_shape_requests(load: Load, url: str, name: str, rounds: int = ROUNDS) -> None:
     """``rounds`` rounds of as many concurrent requests at the max batch and the profile's max
-    shape as the model has instances, so that every instance's stub runs the worst case (the
-    plan counts activations per instance) and reaches its steady state (see ``ROUNDS``)."""
+    shape as the model is served with instances, so that every instance's stub runs the worst
+    case (the plan counts activations per instance) and reaches its steady state (``ROUNDS``)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    n = max(1, model.instances.count)
+    n = max(1, load.instances)
     with ThreadPoolExecutor(n) as pool:
         for _ in range(rounds):
-            for f in [pool.submit(max_shape_request, model, url, name) for _ in range(n)]:
+            for f in [pool.submit(max_shape_request, load.spec, url, name) for _ in range(n)]:
                 f.result()
 
 
@@ -104,11 +112,11 @@ def max_shape_request(model: ModelSpec, url: str, name: str) -> None:
 
 def measure(
     repo: Path,
-    models: dict[str, ModelSpec],
+    models: dict[str, Load],
     log: Callable[[str], None] = lambda _: None,
     settle_s: float = 1.0,
 ) -> tuple[int, list[Measured]]:
-    """Baseline RSS of the empty server, then each model (served name -> spec) loaded alone."""
+    """Baseline RSS of the empty server, then each model (served name -> what it is) loaded alone."""
     import tritonclient.http as httpclient
 
     results = []
@@ -117,11 +125,11 @@ def measure(
         client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1], network_timeout=300)
         time.sleep(settle_s)
         baseline = sum(tree_rss(server.pid))
-        for name, spec in models.items():
+        for name, load in models.items():
             client.load_model(name)
             time.sleep(settle_s)
             after_load = sum(tree_rss(server.pid))
-            max_shape_requests(spec, server.http_url, name)
+            max_shape_requests(load, server.http_url, name)
             time.sleep(settle_s)
             srv, stubs = tree_rss(server.pid)
             results.append(Measured(name, srv, stubs, after_load))

@@ -17,12 +17,13 @@ from builder.estimate.plan import (
     SERVER_BASE,
     SERVER_IO_COPIES,
     STUB_BASE,
+    CpuServing,
     advise,
     core_rows,
     elem_bytes_for,
     max_shapes,
 )
-from builder.spec import ModelSpec, Precision
+from builder.spec import ModelSpec, Precision, Variant
 
 
 def mlp() -> onnx.ModelProto:
@@ -80,7 +81,7 @@ def test_rows_weights_by_precision_and_instances(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(mlp(), str(path))
     model = spec(instances={"count": 2})
-    rows = core_rows(model, {Precision.FP32: path}, Precision.FP32)
+    rows = core_rows(model, {Precision.FP32: path}, Variant(Precision.FP32))
     by = {(r.device, r.variant): r for r in rows}
     params = 864
     assert by["cpu", "fp32"].weights == params * 4
@@ -97,6 +98,42 @@ def test_rows_weights_by_precision_and_instances(tmp_path: Path) -> None:
     assert max_shapes(model) == {"x": [8, 16]}
 
 
+def test_a_published_variant_counts_its_runtimes_stub_at_its_built_instances(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(mlp(), str(path))
+    model = spec(instances={"count": 1})
+    served = Variant(Precision.FP32, "openvino")
+    rows = core_rows(model, {Precision.FP32: path}, served, [CpuServing(served, 2)])
+    by = {(r.device, r.variant): r for r in rows}
+    ov = by["cpu", "fp32_openvino"]
+    assert ov.served and ov.instances == 2 and ov.stub == served.cpu_runtime.stub_memory != STUB_BASE
+    per_instance = ov.stub + ov.weights + ov.activations + ov.io
+    assert ov.total == SERVER_BASE + 2 * per_instance + SERVER_IO_COPIES * ov.io
+    # a precision no published variant runs: on the default runtime at the spec's instances
+    fp16 = by["cpu", "fp16"]
+    assert not fp16.served and fp16.instances == 1 and fp16.stub == STUB_BASE
+    assert ("cpu", "fp32") not in by and by["gpu", "fp32"].instances == 1
+
+
+def test_the_plan_reads_each_published_variants_runtime_and_instances_from_the_manifest() -> None:
+    import json
+
+    from builder.estimate.compare import published
+
+    entry = {
+        "served": "fp32_openvino",
+        "published": {"mlp": "fp32_openvino", "mlp_fp32": "fp32", "mlp_fp16": "fp16"},
+        "served_at": {"instances": 2, "threads": 1},
+        "published_at": {"mlp": {"instances": 2}, "mlp_fp32": {"instances": 1, "threads": 2}},
+    }
+    model = spec(instances={"count": 4})
+    assert published(model, json.loads(json.dumps(entry))) == [
+        CpuServing(Variant(Precision.FP32, "openvino"), 2),
+        CpuServing(Variant(Precision.FP32), 1),
+        CpuServing(Variant(Precision.FP16), 4),  # nothing recorded: the spec's
+    ]
+
+
 def test_elem_bytes() -> None:
     assert elem_bytes_for("gpu", Precision.INT8)(TensorProto.FLOAT) == 1
     assert elem_bytes_for("cpu", Precision.FP16)(TensorProto.FLOAT16) == 4
@@ -107,7 +144,7 @@ def test_advice_when_the_plan_does_not_fit(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(mlp(), str(path))
     model = spec(instances={"count": 2})
-    rows = core_rows(model, {Precision.FP32: path}, Precision.FP32)
+    rows = core_rows(model, {Precision.FP32: path}, Variant(Precision.FP32))
     ok = advise(rows, 8 * GIB, "cpu", {"mlp": model})
     assert len(ok) == 1 and ok[0].endswith("fits")
     tight = advise(rows, 100 * MIB, "cpu", {"mlp": model})
@@ -125,7 +162,7 @@ def test_table_has_every_variant(tmp_path: Path, device: str) -> None:
 
     path = tmp_path / "m.onnx"
     onnx.save(mlp(), str(path))
-    rows = core_rows(spec(), {Precision.FP32: path}, Precision.FP32)
+    rows = core_rows(spec(), {Precision.FP32: path}, Variant(Precision.FP32))
     assert sum(f"| {device} |" in line for line in table(rows).splitlines()) == 2
 
 
@@ -134,5 +171,5 @@ def test_measurement_sends_one_concurrent_request_per_instance(monkeypatch: pyte
 
     calls: list[str] = []
     monkeypatch.setattr(rss, "max_shape_request", lambda model, url, name: calls.append(name))
-    rss.max_shape_requests(spec(instances={"count": 2}), "http://localhost:1", "m", rounds=3)
+    rss.max_shape_requests(rss.Load(spec(), 2), "http://localhost:1", "m", rounds=3)
     assert calls == ["m"] * 6

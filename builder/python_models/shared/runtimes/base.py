@@ -7,6 +7,7 @@ its precision. A runtime owns everything about itself:
 * ``precisions``: the precisions it runs, each with what it must report computing in and the CPU
   flags it needs (any one of them);
 * ``distribution``: the package whose version is in every verification's cache key;
+* ``stub_memory``: what one served instance holds before its model's own bytes (the memory plan);
 * ``open``: the only way anything opens a session of a graph on it (the build's stages, the served
   ``onnx_runner`` and ``onnx_sequence`` models, the benchmarks), from the same string parameters
   the ``local`` target writes into the served model's config, so that what the build verifies and
@@ -129,6 +130,10 @@ class CpuRuntime(ABC):
     name: ClassVar[str]  # the config's ``runtime`` parameter and variant names' suffix
     distribution: ClassVar[str]  # the package that provides it
     precisions: ClassVar[Mapping[str, Runs]]  # the precisions it runs
+    # Resident bytes of one Python-backend stub serving a tiny graph on this runtime (interpreter,
+    # numpy, the library and its thread pool): what the memory plan counts per instance before the
+    # model's weights and activations. Measured with ``tritonforge estimate --measure``.
+    stub_memory: ClassVar[int]
 
     def version(self) -> str:
         try:

@@ -48,6 +48,7 @@ class OnnxRuntime(CpuRuntime):
     # int8_dynamic is ONNX Runtime's own dynamic quantization; its INT8 kernels run on AVX2 (the
     # static INT8 graph is made with 7-bit weights on a CPU without VNNI: builder/host.py).
     precisions: ClassVar[Mapping[str, Runs]] = {p: Runs() for p in ("fp32", "fp16", "int8", "int8_dynamic")}
+    stub_memory = 64 * 2**20  # tritonserver 2.51's stub, Python 3.11, onnxruntime 1.31
 
     def parameters(self, knobs: Knobs, *, served: bool = True) -> dict[str, str]:
         params = super().parameters(knobs, served=served)

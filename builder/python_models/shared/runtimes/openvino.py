@@ -64,6 +64,7 @@ class OpenVino(CpuRuntime):
     precisions: ClassVar[Mapping[str, Runs]] = {
         "fp32": Runs("f32"), "int8": Runs("f32"), "bf16": Runs("bf16", frozenset(BF16_FLAGS))
     }  # fmt: skip
+    stub_memory = 86 * 2**20  # tritonserver 2.51's stub, Python 3.11, openvino 2026.4: its CPU plugin
 
     def parameters(self, knobs: Knobs, *, served: bool = True) -> dict[str, str]:
         params = super().parameters(knobs, served=served) | ({CACHE: CACHE} if served else {})
