@@ -37,6 +37,21 @@ BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 HANGS = ("Failed to preinitialize Python stub",)
 
 
+class StartupAbort(BuildError):
+    """tritonserver died by a signal before it was ready: no request had reached it. Under load,
+    tritonserver 2.51 has aborted so now and then as it starts (gRPC's poller finding its epoll
+    descriptor closed, a boost lock error), and the same start then succeeded; a model that
+    crashes the server as it loads aborts both times."""
+
+    def __init__(self, signum: int, log_tail: str) -> None:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        self.headline = f"tritonserver died by {name} during start-up"
+        super().__init__(f"{self.headline}:\n{log_tail}")
+
+
 def find_free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -219,15 +234,32 @@ class TritonServer:
 
     def start(self, timeout: float = 120) -> None:
         """Start and wait for /v2/health/ready and the metrics endpoint (``endpoints_up``); retry
-        with new ports if picked ones were taken."""
+        with new ports if picked ones were taken, and once where the process died by a signal
+        before it was ready (``StartupAbort``)."""
         attempts = 3 if None in self._ports.values() else 1
-        for attempt in range(attempts):
+        attempt, aborted = 0, False
+        while True:
             try:
                 self._start_once(timeout)
                 return
-            except BuildError as exc:
-                if attempt + 1 == attempts or "already in use" not in str(exc).lower():
+            except StartupAbort as exc:
+                if aborted:
                     raise
+                aborted = True
+                self._note_restart(exc)
+            except BuildError as exc:
+                attempt += 1
+                if attempt == attempts or "already in use" not in str(exc).lower():
+                    raise
+
+    def _note_restart(self, exc: StartupAbort) -> None:
+        """Say, in the log and on stderr, that the start is tried again; the log is appended to."""
+        line = f"tritonforge: {exc.headline}; starting it once more"
+        print(line, file=sys.stderr, flush=True)
+        assert self.log_path is not None
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n--- {line} ---\n")
+        self._restarted = True
 
     def _start_once(self, timeout: float) -> None:
         if self._proc is not None:
@@ -252,6 +284,8 @@ class TritonServer:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._proc = None
+                if code < 0:
+                    raise StartupAbort(-code, self.log_tail())
                 raise BuildError(
                     f"tritonserver exited with status {code} during start-up:\n{self.log_tail()}"
                 )

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,7 @@ def test_start_serve_stop(tmp_path: Path) -> None:
 SPAWNING_MODEL = """
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
@@ -339,3 +341,44 @@ def test_a_server_stop_kills_leaves_no_shared_memory(tmp_path: Path) -> None:
     assert regions, "the server maps its Python-backend regions"
     server.stop(timeout=0)  # SIGTERM, then SIGKILL at once
     assert sorted(str(r) for r in regions if r.exists()) == []
+
+
+def _aborting_first(marker: Path, always: bool = False) -> Any:
+    """TritonServer.command wrapped in a shell that dies by SIGABRT before exec: the first time
+    (``marker`` then exists), or every time."""
+    real = TritonServer.command
+    test = "true" if always else f"[ ! -e {marker} ]"
+
+    def command(self: TritonServer) -> tuple[list[str], dict[str, str]]:
+        cmd, env = real(self)
+        script = f'if {test}; then touch {marker}; kill -ABRT $$; fi; exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", *cmd], env
+
+    return command
+
+
+@pytest.mark.integration
+def test_a_server_that_dies_by_a_signal_as_it_starts_is_started_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = python_repo(tmp_path / "repo")
+    monkeypatch.setattr(TritonServer, "command", _aborting_first(tmp_path / "aborted"))
+    with TritonServer(repo, log_path=tmp_path / "server.log") as server:
+        assert server.is_ready()
+    log = (tmp_path / "server.log").read_text()
+    assert "tritonserver died by SIGABRT during start-up; starting it once more" in log
+    assert log.count("died by SIGABRT") == 1
+
+
+@pytest.mark.integration  # its command is tritonserver's, though it never runs
+def test_a_server_that_dies_by_a_signal_at_every_start_fails_after_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from builder.server import StartupAbort
+
+    monkeypatch.setattr(TritonServer, "command", _aborting_first(tmp_path / "aborted", always=True))
+    server = TritonServer(tmp_path, log_path=tmp_path / "server.log")
+    with pytest.raises(StartupAbort, match="tritonserver died by SIGABRT during start-up"):
+        server.start(timeout=30)
+    assert (tmp_path / "server.log").read_text().count("starting it once more") == 1
+    assert server.pid is None
