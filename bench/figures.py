@@ -442,10 +442,13 @@ def render_llm_openai_cpu_runs(results: Sequence[Result], results_dir: Path) -> 
     (r,) = results
     runs = r.get("runs")
     lines = [*OPENAI_CPU_RUNS_HEAD]
+    first_cpu = next(iter(runs.values())).get("cpu")
     for key, run in runs.items():
         sides = run["sides"]
         when = "at its end" if run.get("note") else "at its start"
         load = f"{run['date']} ({' / '.join(map(str, run['load_avg']))} {when})"
+        if run.get("cpu") != first_cpu:  # another machine than the header's
+            load += f", on {run['cpu']} ({run['cores']} cores; {', '.join(run['cpu_flags'])})"
         roles = ", ".join(f"{k} {v:.0f}" for k, v in sides["openai"]["by_process_us_per_token"].items())
         us = {side: f"{sides[side]['serving_us_per_token']:.0f} µs" for side in ("openai", "grpc", "vllm")}
         lines.append(
@@ -458,6 +461,8 @@ def render_llm_openai_cpu_runs(results: Sequence[Result], results_dir: Path) -> 
         .header(r.source)
         .replace(f"load average {NOT_RECORDED} at start", "load averages in the table")
     )
+    if any(run.get("cpu") != first_cpu for run in runs.values()):
+        header = header.replace(f"CPU {first.cpu},", f"CPU {first.cpu} (another named in its runs),")
     return _lines(header, "", *lines)
 
 

@@ -13,14 +13,17 @@ and the stub). The engine core (the model's forward passes and the scheduler) is
 ``engine``. A side's figure is its rounds' CPU over their tokens.
 
     python -m bench.llm_openai_cpu [--rounds N] [--concurrency C ...] [--min-gap-ms MS]
-                                   [--model-json KEY=VALUE ...] [--key KEY] [--out FILE]
+                                   [--max-responses-per-s N] [--model-json KEY=VALUE ...]
+                                   [--key KEY] [--out FILE]
 
 Beside the CPU, each side's stream as a reader sees it, from perf_analyzer's profile export: the p90
 gap between text updates (responses carrying tokens), tokens per update, time to first token p50
 and tokens/s. ``--concurrency``: streams at once (each its own runs, one server start for all);
 ``--min-gap-ms``: the project's model's ``stream_min_gap_ms`` (the spec's ``streaming.min_gap_ms``;
-default: the spec's default). ``--model-json``: engine arguments added to the project's model's
-``model.json`` (JSON values), for trying a setting; the record says which. Under ``bench.run``
+default: the spec's default); ``--max-responses-per-s``: its ``stream_max_responses_per_s`` (the
+spec's ``streaming.max_responses_per_s``; default: the model's own for the host's CPUs).
+``--model-json``: engine arguments added to the project's model's ``model.json`` (JSON values),
+for trying a setting; the record says which. Under ``bench.run``
 (``make bench``) it writes ``bench/results/llm_openai_cpu.json`` with the summary row; run alone,
 each concurrency's record goes to ``runs.<KEY>_c<C>`` of ``bench/results/llm_openai_cpu_runs.json``.
 """
@@ -41,7 +44,7 @@ from typing import Any
 from bench import llm
 from bench.common import Row, cpu_seconds, machine
 from builder.estimate.rss import children
-from builder.spec.llm import STREAM_MIN_GAP_MS
+from builder.spec.llm import Streaming
 from clients.perf import profile_export
 from clients.perf.llm import LLMLoad, run_llm_perf
 from clients.perf.llm_prompts import Prompt, load_chats, shape
@@ -56,6 +59,7 @@ WHAT = {
     "grpc": "the project's gRPC path (perf_analyzer's gRPC stream) -> tritonserver -> vllm_engine",
 }
 ROUNDS = 3
+DEFAULT_STREAMING = Streaming()  # the spec's defaults
 TARGET = 2.0  # the OpenAI path's serving CPU per token, at most this many times vLLM's
 
 
@@ -147,7 +151,7 @@ def stub_pid(server_pid: int) -> int:
 
 
 def write_repo(
-    repo: Path, checkpoint: Path, extra: Mapping[str, Any], min_gap_ms: int = STREAM_MIN_GAP_MS
+    repo: Path, checkpoint: Path, extra: Mapping[str, Any], streaming: Streaming = DEFAULT_STREAMING
 ) -> None:
     """The zoo's LLM as ``bench.llm`` serves it, ``extra`` added to its model.json."""
     import shutil
@@ -158,7 +162,10 @@ def write_repo(
 
     shutil.rmtree(repo, ignore_errors=True)
     engine = EngineArgs(model=str(checkpoint.resolve()), **llm.ENGINE)
-    settings = ServingSettings(max_waiting=64, stream_min_gap_ms=min_gap_ms)
+    settings = ServingSettings(
+        max_waiting=64, stream_min_gap_ms=streaming.min_gap_ms,
+        stream_max_responses_per_s=streaming.max_responses_per_s,
+    )  # fmt: skip
     version = write_local_model(repo / llm.MODEL, engine, settings)
     if extra:
         path = version / ENGINE_ARGS_FILE
@@ -167,13 +174,13 @@ def write_repo(
 
 @contextmanager
 def servers(
-    checkpoint: Path, extra: Mapping[str, Any], min_gap_ms: int = STREAM_MIN_GAP_MS
+    checkpoint: Path, extra: Mapping[str, Any], streaming: Streaming = DEFAULT_STREAMING
 ) -> Iterator[tuple[Pids, dict[str, str]]]:
     """tritonserver with the model, the OpenAI endpoint in its own process, vLLM's own server."""
     from bench.openai_endpoint import start_endpoint
     from builder.server import TritonServer, find_free_port
 
-    write_repo(WORK / "repo", checkpoint, extra, min_gap_ms)
+    write_repo(WORK / "repo", checkpoint, extra, streaming)
     server = TritonServer(WORK / "repo", log_path=WORK / "server.log")
     server.start(timeout=llm.START_TIMEOUT)
     try:
@@ -192,12 +199,12 @@ def servers(
 
 def measure(
     checkpoint: Path, rounds: int, extra: Mapping[str, Any], loads: Sequence[LLMLoad] = (LOAD,),
-    min_gap_ms: int = STREAM_MIN_GAP_MS,
+    streaming: Streaming = DEFAULT_STREAMING,
 ) -> list[dict[str, list[Reading]]]:  # fmt: skip
     """Each load's readings per side; every load's rounds against the same servers."""
     prompts = shape(load_chats(llm.ROOT / "calibration" / llm.MODEL / "perf.json"), checkpoint, None)
     done: list[dict[str, list[Reading]]] = [{side: [] for side in SIDES} for _ in loads]
-    with servers(checkpoint, extra, min_gap_ms) as (pids, urls):
+    with servers(checkpoint, extra, streaming) as (pids, urls):
         for r in range(rounds):
             for load, readings in zip(loads, done, strict=True):
                 c = load.concurrency[0]
@@ -271,12 +278,14 @@ def rows(sides: Mapping[str, Any]) -> list[Row]:
 
 def record(
     info: Mapping[str, Any], done: Mapping[str, list[Reading]], rounds: int, extra: Mapping[str, Any],
-    started: float, load: LLMLoad = LOAD, min_gap_ms: int = STREAM_MIN_GAP_MS,
+    started: float, load: LLMLoad = LOAD, streaming: Streaming = DEFAULT_STREAMING,
 ) -> dict[str, Any]:  # fmt: skip
     """``info``: bench.common.machine() when the measurement began (its date and load average)."""
     interval = extra.get("stream_interval", 1)  # the project's engine's; vLLM's server: 1
     reason = llm.DTYPE_REASON[0] if llm.DTYPE_REASON else None
-    return {**info, "engine": llm.ENGINE, "stream_interval": interval, "stream_min_gap_ms": min_gap_ms,
+    return {**info, "engine": llm.ENGINE, "stream_interval": interval,
+            "stream_min_gap_ms": streaming.min_gap_ms,
+            "stream_max_responses_per_s": streaming.max_responses_per_s,
             "model_json_extra": dict(extra), "dtype_reason": reason,
             "load": asdict(load), "ignore_eos": True, "rounds": rounds,
             "minutes": round((time.monotonic() - started) / 60, 1),
@@ -306,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.llm_openai_cpu", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--concurrency", type=int, nargs="+", default=list(LOAD.concurrency))
-    ap.add_argument("--min-gap-ms", type=int, default=STREAM_MIN_GAP_MS)
+    ap.add_argument("--min-gap-ms", type=int, default=DEFAULT_STREAMING.min_gap_ms)
+    ap.add_argument("--max-responses-per-s", type=int, default=None, help="default: the model's for the host")
     ap.add_argument("--model-json", type=model_json_arg, action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--key", default="latest")
     ap.add_argument("--what", default="", help="what this run measured (kept in the record)")
@@ -320,12 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     info, started = machine(), time.monotonic()
     loads = [replace(LOAD, concurrency=(c,)) for c in opts.concurrency]
-    done = measure(checkpoint, opts.rounds, extra, loads, opts.min_gap_ms)
+    streaming = Streaming(min_gap_ms=opts.min_gap_ms, max_responses_per_s=opts.max_responses_per_s)
+    done = measure(checkpoint, opts.rounds, extra, loads, streaming)
     data = json.loads(opts.out.read_text()) if opts.out.is_file() else {}
     for load, readings in zip(loads, done, strict=True):
         rec = {
             "what": opts.what,
-            **record(info, readings, opts.rounds, extra, started, load, opts.min_gap_ms),
+            **record(info, readings, opts.rounds, extra, started, load, streaming),
         }
         key = opts.key if len(loads) == 1 else f"{opts.key}_c{load.concurrency[0]}"
         data.setdefault("runs", {})[key] = rec

@@ -28,6 +28,7 @@ from builder.python_models.vllm_engine.contract import (
     LORA_NAMES,
     MAX_WAITING,
     SAMPLING_DEFAULTS,
+    STREAM_MAX_RESPONSES_PER_S,
     STREAM_MIN_GAP_MS,
 )
 from builder.spec.llm import LLMDType, LLMSpec, Sampling
@@ -171,6 +172,8 @@ class ServingSettings:
     sampling: Sampling | None = None
     lora_names: tuple[str, ...] = ()  # the adapters of multi_lora.json
     stream_min_gap_ms: int | None = None  # the spec's streaming.min_gap_ms (None, 0: the model's 0)
+    # the spec's streaming.max_responses_per_s (None: the model's default for its host; 0: no budget)
+    stream_max_responses_per_s: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_waiting is not None and self.max_waiting < 0:
@@ -178,6 +181,9 @@ class ServingSettings:
         gap = self.stream_min_gap_ms
         if gap is not None and not 0 <= gap <= 1000:
             raise ValueError(f"serving: stream_min_gap_ms must be from 0 to 1000, got {gap}")
+        rate = self.stream_max_responses_per_s
+        if rate is not None and rate < 0:
+            raise ValueError(f"serving: stream_max_responses_per_s must be >= 0, got {rate}")
         names = [lane.name for lane in self.lanes]
         if len(set(names)) != len(names):
             raise ValueError(f"serving: lane names must be unique, got {names}")
@@ -268,6 +274,8 @@ def local_config(name: str, settings: ServingSettings | None = None) -> ModelCon
         cfg.parameters[SAMPLING_DEFAULTS].string_value = defaults
     if settings.stream_min_gap_ms:  # 0 is the model's own
         cfg.parameters[STREAM_MIN_GAP_MS].string_value = str(settings.stream_min_gap_ms)
+    if settings.stream_max_responses_per_s is not None:  # unset: the model's default for its host
+        cfg.parameters[STREAM_MAX_RESPONSES_PER_S].string_value = str(settings.stream_max_responses_per_s)
     if settings.execution_env:
         cfg.parameters["EXECUTION_ENV_PATH"].string_value = settings.execution_env
     if settings.lora_names:

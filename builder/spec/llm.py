@@ -105,9 +105,12 @@ class Streaming(Strict):
     """How a streamed answer goes out: each response as soon as the one before has been sent,
     carrying every token made meanwhile, and no sooner than ``min_gap_ms`` after it (the final
     response never waits). A larger gap sends fewer, larger responses: less CPU per token on the
-    serving path, text in coarser steps."""
+    serving path, text in coarser steps. ``max_responses_per_s``: the model's streamed responses
+    a second, all streams together, past which tokens wait to go together (unset: what the CPUs
+    the model runs on can send, docs/llm_serving.md; 0: no budget)."""
 
     min_gap_ms: Annotated[int, Field(ge=0, le=1000)] = STREAM_MIN_GAP_MS
+    max_responses_per_s: Annotated[int, Field(ge=0)] | None = None
 
 
 PROMPT_GAP_FACTOR = 4.0

@@ -124,6 +124,7 @@ def serving_settings(spec: LLMSpec) -> ServingSettings:
     return ServingSettings(
         max_waiting=spec.admission.max_waiting, lanes=lanes, sampling=spec.sampling, lora_names=lora_names,
         stream_min_gap_ms=spec.streaming.min_gap_ms,
+        stream_max_responses_per_s=spec.streaming.max_responses_per_s,
     )  # fmt: skip
 
 

@@ -49,6 +49,7 @@ The parsing helpers import without Triton or vLLM, so tests call them directly.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import locale
 import os
@@ -67,6 +68,7 @@ from .contract import (
     MESSAGES,
     REFUSED,
     SAMPLING_DEFAULTS,
+    STREAM_MAX_RESPONSES_PER_S,
     STREAM_MIN_GAP_MS,
     TEXT_INPUT,
     UNHEALTHY,
@@ -81,6 +83,7 @@ from .utils.requests import (
     Parsed,
     check_length,
     parse_defaults,
+    parse_max_rate,
     parse_min_gap,
     parse_request,
     refusal,
@@ -88,6 +91,7 @@ from .utils.requests import (
     sampling_params,
 )
 from .utils.responses import Job, error
+from .utils.sending import available_cpus, default_rate
 
 try:  # only present inside tritonserver
     import triton_python_backend_utils as pb_utils
@@ -129,6 +133,12 @@ class TritonPythonModel(EngineLifecycle):
         self.health_check = config_parameter(config, HEALTH_CHECK, "false").lower() == "true"
         self.failure: str | None = None  # why the model cannot serve (the engine or a thread died)
         self.min_gap = parse_min_gap(config_parameter(config, STREAM_MIN_GAP_MS, "0"))
+        given = config_parameter(config, STREAM_MAX_RESPONSES_PER_S, "")
+        self.max_rate = parse_max_rate(given, default_rate(available_cpus()))
+        self.in_line = collections.deque()
+        pb_utils.Logger.log_info(
+            f"vllm_engine: streamed responses within {self.max_rate:.0f}/s (0: no budget)"
+        )
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)

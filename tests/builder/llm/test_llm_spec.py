@@ -184,3 +184,8 @@ def test_a_bad_streaming_gap_is_one_line_naming_the_field(gap: object) -> None:
 
 def test_an_unknown_streaming_key_is_refused() -> None:
     assert "unknown field" in error(entry(streaming={"stream_interval": 8})).one_line()
+
+
+def test_a_negative_response_budget_is_one_line_naming_the_field() -> None:
+    err = error(entry(streaming={"max_responses_per_s": -5}))
+    assert "streaming.max_responses_per_s" in err.one_line() and "\n" not in err.one_line()

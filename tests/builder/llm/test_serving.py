@@ -220,3 +220,20 @@ def test_the_specs_streaming_gap_reaches_the_model_as_a_config_parameter() -> No
     assert "stream_min_gap_ms" not in local_config("chat", ServingSettings(stream_min_gap_ms=0)).parameters
     with pytest.raises(ValueError, match="stream_min_gap_ms must be from 0 to 1000, got 1001"):
         ServingSettings(stream_min_gap_ms=1001)
+
+
+def test_the_specs_response_budget_reaches_the_model_as_a_config_parameter() -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from builder.python_models.vllm_engine import model as m
+    from builder.spec.llm import parse_llm
+    from builder.targets.vllm_python import serving_settings
+    from tests.builder.llm.test_llm_spec import entry
+
+    for given, rate in ((None, 77.0), (0, 0.0), (400, 400.0)):  # unset: the model's default (77 here)
+        raw = entry() if given is None else entry(streaming={"max_responses_per_s": given})
+        settings = serving_settings(parse_llm(raw, file="m.yaml"))
+        config = MessageToDict(local_config("chat", settings), preserving_proto_field_name=True)
+        assert m.parse_max_rate(m.config_parameter(config, "stream_max_responses_per_s", ""), 77.0) == rate
+    with pytest.raises(ValueError, match="stream_max_responses_per_s must be >= 0, got -1"):
+        ServingSettings(stream_max_responses_per_s=-1)

@@ -20,6 +20,7 @@ from ..contract import (
     SAMPLING_DEFAULTS,
     SAMPLING_PARAMETERS,
     STREAM,
+    STREAM_MAX_RESPONSES_PER_S,
     STREAM_MIN_GAP_MS,
     TEXT_INPUT,
     TO_CONTEXT_END,
@@ -167,6 +168,22 @@ def parse_min_gap(text: str) -> float:
     if not 0 <= value <= 1000:
         raise ValueError(f"parameter {STREAM_MIN_GAP_MS}: want milliseconds from 0 to 1000, got {text!r}")
     return value / 1000
+
+
+def parse_max_rate(text: str, default: float) -> float:
+    """The ``stream_max_responses_per_s`` parameter ("0": no budget; empty: ``default``);
+    ValueError naming the parameter if bad."""
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError(
+            f"parameter {STREAM_MAX_RESPONSES_PER_S}: want responses a second, 0 or more, got {text!r}"
+        )
+    return value
 
 
 def parse_priority(value: Any) -> int:

@@ -64,6 +64,7 @@ class Job:
     queued: bool = False
     last_sent: float = float("-inf")  # when the sending thread took the last response's outputs (monotonic)
     timer: Any = None  # the event loop's handle that queues the next response once min_gap has passed
+    in_line: bool = False  # waiting for a slot of the model's response budget (Sending.in_line)
 
     def completions(self, out: Any) -> list[Any]:
         """The n completions of one engine output, in index order. Streamed with n > 1, vLLM sends

@@ -8,6 +8,15 @@ the sending path is free, and tokens are coalesced only when it was not: a reade
 made, while a busy server sends fewer, larger responses. ``min_gap`` (the config parameter
 ``stream_min_gap_ms``) also keeps a stream's responses that far apart; its final one never waits.
 
+The model's streamed responses together are kept within ``max_rate`` a second (the config parameter
+``stream_max_responses_per_s``, by default what the CPUs it runs on can send: ``default_rate``). Each
+response has a fixed CPU cost on the serving path (the stub's send, tritonserver's gRPC write, the
+endpoint's chunk), so where the engine makes tokens faster than the path sends them (a GPU host), the
+responses would take the CPU the engine needs. Past the budget, a token waits for the next free
+slot and goes out with what its stream made meanwhile: merging by load, never by a fixed count. The
+slots are a generic cell rate: one every 1/max_rate seconds, BURST_S of them in a burst (a decode
+step's outputs of every stream at once go out together). Final responses never wait; they take a slot.
+
 Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
 response the thread sends, as Triton's vLLM backend asks before each, though at most once a
 STREAM_ASK_PERIOD: the asking follows the responses, never more often than a clock would. A request
@@ -21,9 +30,11 @@ at least every ENGINE_PERIOD."""
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 from .health import Health
@@ -36,10 +47,29 @@ except ImportError:  # pragma: no cover - outside Triton
 
 PENDING = "pending"  # an outbox item's reply: the job's piled-up outputs, taken when it is sent
 ENGINE_PERIOD = 1.0  # seconds between checks that the engines live, at the longest
+# The serving path's CPU per one-token response (the OpenAI endpoint, tritonserver and the stub
+# together) at 16 streams, bench/results/llm_openai_cpu.json; and the share of the CPUs the
+# responses may take before they merge (the engine needs the rest).
+RESPONSE_CPU_S = 860e-6
+SERVING_SHARE = 0.5
+BURST_S = 0.05  # the budget's slots that may go at once, in seconds of it
+
+
+def default_rate(cpus: int) -> float:
+    """Streamed responses a second the serving path sends on ``cpus`` CPUs within its share."""
+    return SERVING_SHARE * max(1, cpus) / RESPONSE_CPU_S
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 class Sending(Health):
     min_gap = 0.0  # seconds between two responses of a stream at least
+    max_rate = 0.0  # the model's streamed responses a second, all streams together (0: no budget)
+    slots_at = float("-inf")  # the budget's theoretical time of the next slot (monotonic)
+    in_line: deque[Job]  # the streams waiting for a slot, in the order they came
+    slot_timer: Any = None  # the event loop's handle that serves them when the next slot is free
 
     def _post(self, job: Job, reply: Any, flags: int) -> None:
         if job.done:
@@ -68,14 +98,58 @@ class Sending(Health):
             job.pending.append(out)
             if out.finished:
                 self._finish(job)
-            if job.queued:
+        self._queue_or_wait(job)
+
+    def _queue_or_wait(self, job: Job) -> None:
+        """On the event loop: queue the job's next response now, or once its stream's min_gap has
+        passed and the model's budget has a slot for it, the streams waiting for one served in
+        the order they came (a final response goes at once)."""
+        with self.lock:
+            if job.queued or not job.pending:
                 return
-            wait = 0.0 if out.finished else job.last_sent + self.min_gap - time.monotonic()
-            if wait <= 0:
+            now = time.monotonic()
+            gap = job.last_sent + self.min_gap - now
+            if job.pending[-1].finished or (gap <= 0 and not self.in_line and self._slot_free(now)):
+                self._take_slot(now)
                 self._queue(job)
                 return
+            if gap <= 0:
+                self._line_up(job, now)
+                return
         if job.timer is None:
-            job.timer = self.loop.call_later(wait, self._due, job)
+            job.timer = self.loop.call_later(gap, self._due, job)
+
+    def _slot_free(self, now: float) -> bool:
+        return self.max_rate <= 0 or self.slots_at - BURST_S <= now
+
+    def _take_slot(self, now: float) -> None:
+        if self.max_rate > 0:
+            self.slots_at = max(self.slots_at, now) + 1 / self.max_rate
+
+    def _line_up(self, job: Job, now: float) -> None:
+        """The job waits for the budget's next slot, behind the streams that waited before it;
+        under ``self.lock``."""
+        if not job.in_line:
+            job.in_line = True
+            self.in_line.append(job)
+        if self.slot_timer is None:
+            self.slot_timer = self.loop.call_later(self.slots_at - BURST_S - now, self._next_in_line)
+
+    def _next_in_line(self) -> None:
+        """On the event loop, when a slot is free: queue the responses of the streams in line, the
+        longest waiting first, as far as the budget's slots go."""
+        self.slot_timer = None
+        with self.lock:
+            now = time.monotonic()
+            while self.in_line and self._slot_free(now):
+                job = self.in_line.popleft()
+                job.in_line = False
+                if job.queued or not job.pending:  # its final response went meanwhile
+                    continue
+                self._take_slot(now)
+                self._queue(job)
+            if self.in_line:
+                self.slot_timer = self.loop.call_later(self.slots_at - BURST_S - now, self._next_in_line)
 
     def _queue(self, job: Job) -> None:
         job.queued = True
@@ -83,9 +157,7 @@ class Sending(Health):
 
     def _due(self, job: Job) -> None:
         job.timer = None
-        with self.lock:
-            if job.pending and not job.queued:
-                self._queue(job)
+        self._queue_or_wait(job)
 
     def _take(self, job: Job) -> tuple[Any, int]:
         """The response of the job's piled-up outputs and its flags; (None, 0) when there is

@@ -105,3 +105,75 @@ def test_min_gap_holds_a_streams_tokens_back_but_never_its_final_response(
     pile(model, job, output("d", finished=True))
     assert sender.final_sent.wait(WAIT)
     assert sender.sent == [("a", 1, 0), ("bcd", 3, FINAL)]
+
+
+def test_past_the_models_budget_a_streams_tokens_wait_and_go_together_but_never_a_final_one(
+    model: m.TritonPythonModel,
+) -> None:
+    model.max_rate = 1 / 3600  # one streamed response an hour, all streams together
+    first, second = HeldSender(), HeldSender()
+    a, b = admitted(model, first), admitted(model, second)
+    for sender in (first, second):
+        for _ in range(2):
+            sender.release.release()
+    pile(model, a, output("a"))
+    assert first.entered.acquire(timeout=WAIT)  # the budget's slot was free
+    pile(model, b, output("x"))  # another stream: the slot is spent
+    pile(model, a, output("b"))
+    assert not second.entered.acquire(timeout=0.2) and not first.entered.acquire(timeout=0.01)
+    pile(model, b, output("y", finished=True))
+    assert second.final_sent.wait(WAIT)
+    pile(model, a, output("c", finished=True))
+    assert first.final_sent.wait(WAIT)
+    assert first.sent == [("a", 1, 0), ("bc", 2, FINAL)]
+    assert second.sent == [("xy", 2, FINAL)]
+
+
+def test_within_the_budget_every_token_goes_alone(model: m.TritonPythonModel) -> None:
+    model.max_rate = 1000.0  # a burst of BURST_S x 1000 = 50 slots
+    sender = HeldSender()
+    job = admitted(model, sender)
+    for i in range(10):
+        sender.release.release()
+        pile(model, job, output(str(i), finished=i == 9))
+        assert sender.entered.acquire(timeout=WAIT)
+    assert sender.final_sent.wait(WAIT)
+    assert [text for text, _, _ in sender.sent] == [str(i) for i in range(10)]
+
+
+def test_the_default_budget_follows_the_cpus_and_the_parameter_overrides_it() -> None:
+    from builder.python_models.vllm_engine.utils import sending
+
+    assert sending.default_rate(4) == pytest.approx(2 * sending.default_rate(2))
+    assert sending.default_rate(2) == pytest.approx(sending.SERVING_SHARE * 2 / sending.RESPONSE_CPU_S)
+    assert m.parse_max_rate("", 123.0) == 123.0
+    assert m.parse_max_rate("0", 123.0) == 0.0  # no budget
+    assert m.parse_max_rate("250", 123.0) == 250.0
+    for bad in ("-1", "fast", "inf"):
+        with pytest.raises(ValueError, match="parameter stream_max_responses_per_s"):
+            m.parse_max_rate(bad, 123.0)
+
+
+def test_the_streams_waiting_for_the_budget_get_its_slots_in_the_order_they_came(
+    model: m.TritonPythonModel,
+) -> None:
+    model.max_rate = 1 / 3600  # one slot an hour: the test frees each one itself
+    senders = [HeldSender() for _ in range(3)]
+    a, b, c = (admitted(model, s) for s in senders)
+    for sender in senders:
+        for _ in range(3):
+            sender.release.release()
+    pile(model, a, output("a1"))
+    assert senders[0].entered.acquire(timeout=WAIT)
+    for job, text in ((b, "b1"), (c, "c1"), (a, "a2")):  # in line, in this order
+        pile(model, job, output(text))
+
+    def free_one_slot() -> None:
+        model.slots_at = float("-inf")
+        model._next_in_line()
+
+    for sender in (senders[1], senders[2], senders[0]):
+        assert not any(s.entered.acquire(timeout=0.05) for s in senders)
+        model.loop.call_soon_threadsafe(free_one_slot)
+        assert sender.entered.acquire(timeout=WAIT)
+    assert [s.sent for s in senders] == [[("a1", 1, 0), ("a2", 1, 0)], [("b1", 1, 0)], [("c1", 1, 0)]]
