@@ -37,11 +37,16 @@ BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 HANGS = ("Failed to preinitialize Python stub",)
 
 
+# The signals of a start-up death that is tried once more: an abort or a crash. SIGKILL (the
+# kernel's out-of-memory killer, an operator) would only come again.
+RETRIED_SIGNALS = (signal.SIGABRT, signal.SIGSEGV)
+
+
 class StartupAbort(BuildError):
-    """tritonserver died by a signal before it was ready: no request had reached it. Under load,
-    tritonserver 2.51 has aborted so now and then as it starts (gRPC's poller finding its epoll
-    descriptor closed, a boost lock error), and the same start then succeeded; a model that
-    crashes the server as it loads aborts both times."""
+    """tritonserver died by SIGABRT or SIGSEGV before it was ready: no request had reached it.
+    Under load, tritonserver 2.51 has aborted so now and then as it starts (gRPC's poller finding
+    its epoll descriptor closed, a boost lock error), and the same start then succeeded; a model
+    that crashes the server as it loads aborts both times."""
 
     def __init__(self, signum: int, log_tail: str) -> None:
         try:
@@ -268,7 +273,7 @@ class TritonServer:
             if port:  # a port the caller named: taken, it is the host's fault, said before starting
                 check_port_free(self.host, port, f"tritonserver's {key} port")
             setattr(self, f"{key}_port", port or find_free_port(self._client_host))
-        if self._log_given is None:
+        if self._log_given is None and not (self._restarted and self.log_path is not None):
             fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
@@ -282,9 +287,10 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                code = self._proc.returncode
+                code, pid = self._proc.returncode, self._proc.pid
                 self._proc = None
-                if code < 0:
+                self._reap_group(pid)
+                if -code in RETRIED_SIGNALS:
                     raise StartupAbort(-code, self.log_tail())
                 raise BuildError(
                     f"tritonserver exited with status {code} during start-up:\n{self.log_tail()}"
@@ -347,6 +353,14 @@ class TritonServer:
         self._clear_shared_memory(proc.pid, shm)
         if code == 0 and self._log_given is None and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)  # our temp log; kept when something went wrong
+
+    def _reap_group(self, pgid: int) -> None:
+        """What is left of a server that died: its group (the stubs, the engines they started)
+        killed, and what they mapped in /dev/shm removed."""
+        shm = shared_memory.mapped_names(shared_memory.group_members(pgid))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        self._clear_shared_memory(pgid, shm)
 
     @staticmethod
     def _clear_shared_memory(pgid: int, names: set[str]) -> None:

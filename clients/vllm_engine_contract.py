@@ -26,9 +26,9 @@ SAMPLING_DEFAULTS = "sampling_defaults"  # a JSON object: sampling values of req
 # tritonforge's: a streamed request's next response goes out once the one before has been sent,
 # carrying every token made meanwhile, and no sooner than this many milliseconds after it (0: at once).
 STREAM_MIN_GAP_MS = "stream_min_gap_ms"
-# tritonforge's: the model's streamed (not final) responses per second, all streams together, beyond
-# which a stream's tokens wait to go together in its next response ("0": no budget; unset: the
-# model's default for the CPUs it runs on).
+# tritonforge's: the model's responses per second, all streams together, beyond which a stream's
+# tokens wait to go together in its next response; a final response never waits, though it counts
+# ("0": no budget; unset: the model's default for the CPUs it runs on).
 STREAM_MAX_RESPONSES_PER_S = "stream_max_responses_per_s"
 
 # -- inputs ----------------------------------------------------------------------------------------

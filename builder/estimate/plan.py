@@ -118,7 +118,10 @@ def cpu_servings(model: ModelSpec, published: Sequence[CpuServing] = ()) -> list
     """The published variants as served, then each precision of the spec that none of them runs,
     on the default runtime at the spec's instances."""
     done = {s.variant.precision for s in published}
-    rest = [CpuServing(Variant(p), model.instances.count) for p in model.precisions if p not in done]
+    first: dict[Precision, Variant] = {}  # each precision's first variant (on a runtime that runs it)
+    for v in model.variants():
+        first.setdefault(v.precision, v)
+    rest = [CpuServing(v, model.instances.count) for p, v in first.items() if p not in done]
     return list(published) + rest
 
 
@@ -134,7 +137,7 @@ def core_rows(
     loaded = {p: onnx.load(str(path)) for p, path in graphs.items()}
     reference = loaded.get(Precision.FP32) or next(iter(loaded.values()))
     rows = [
-        _cpu_row(model, s, loaded.get(s.variant.precision, reference), reference, served)
+        _cpu_row(model, s, loaded.get(s.variant.precision.graph, reference), reference, served)
         for s in cpu_servings(model, published)
     ]
     rows += [_gpu_row(model, p, reference) for p in model.precisions if p in ACT_BYTES["gpu"]]

@@ -124,7 +124,6 @@ def test_start_serve_stop(tmp_path: Path) -> None:
 SPAWNING_MODEL = """
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
@@ -345,13 +344,14 @@ def test_a_server_stop_kills_leaves_no_shared_memory(tmp_path: Path) -> None:
 
 def _aborting_first(marker: Path, always: bool = False) -> Any:
     """TritonServer.command wrapped in a shell that dies by SIGABRT before exec: the first time
-    (``marker`` then exists), or every time."""
+    (``marker`` then exists), or every time; it leaves a child in its group, as a stub would be,
+    whose pid it writes to ``marker``."""
     real = TritonServer.command
     test = "true" if always else f"[ ! -e {marker} ]"
 
     def command(self: TritonServer) -> tuple[list[str], dict[str, str]]:
         cmd, env = real(self)
-        script = f'if {test}; then touch {marker}; kill -ABRT $$; fi; exec "$@"'
+        script = f'if {test}; then sleep 600 & echo $! > {marker}; kill -ABRT $$; fi; exec "$@"'
         return ["/bin/sh", "-c", script, "sh", *cmd], env
 
     return command
@@ -365,6 +365,7 @@ def test_a_server_that_dies_by_a_signal_as_it_starts_is_started_once_more(
     monkeypatch.setattr(TritonServer, "command", _aborting_first(tmp_path / "aborted"))
     with TritonServer(repo, log_path=tmp_path / "server.log") as server:
         assert server.is_ready()
+        assert not alive(int((tmp_path / "aborted").read_text()))  # what the dead one left, killed
     log = (tmp_path / "server.log").read_text()
     assert "tritonserver died by SIGABRT during start-up; starting it once more" in log
     assert log.count("died by SIGABRT") == 1
@@ -380,5 +381,6 @@ def test_a_server_that_dies_by_a_signal_at_every_start_fails_after_the_second(
     server = TritonServer(tmp_path, log_path=tmp_path / "server.log")
     with pytest.raises(StartupAbort, match="tritonserver died by SIGABRT during start-up"):
         server.start(timeout=30)
+    assert not alive(int((tmp_path / "aborted").read_text()))
     assert (tmp_path / "server.log").read_text().count("starting it once more") == 1
     assert server.pid is None

@@ -42,5 +42,6 @@ def test_cpu_estimate_within_25_percent_of_measured_rss(tmp_path: Path) -> None:
     results = compare(rows, repo, spec)
     assert {r["variant"] for r in results} == {"fp32_openvino", "fp32"}
     for r in results:
+        assert r["empty_server_mib"] > 0 and r["server_mib"] > 0
         assert r["stubs_mib"] > 0  # the stub is a separate process, counted
         assert abs(r["error_pct"]) < 25, r

@@ -136,9 +136,7 @@ class TritonPythonModel(EngineLifecycle):
         given = config_parameter(config, STREAM_MAX_RESPONSES_PER_S, "")
         self.max_rate = parse_max_rate(given, default_rate(available_cpus()))
         self.in_line = collections.deque()
-        pb_utils.Logger.log_info(
-            f"vllm_engine: streamed responses within {self.max_rate:.0f}/s (0: no budget)"
-        )
+        pb_utils.Logger.log_info(f"vllm_engine: streamed responses within {self.max_rate:g}/s (0: no budget)")
         self._start_engines()
         # The engine's own figure (model.json may leave it to the checkpoint's config).
         self.max_model_len = int(self.lanes[0].engine.model_config.max_model_len)

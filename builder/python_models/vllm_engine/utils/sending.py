@@ -14,8 +14,10 @@ response has a fixed CPU cost on the serving path (the stub's send, tritonserver
 endpoint's chunk), so where the engine makes tokens faster than the path sends them (a GPU host), the
 responses would take the CPU the engine needs. Past the budget, a token waits for the next free
 slot and goes out with what its stream made meanwhile: merging by load, never by a fixed count. The
-slots are a generic cell rate: one every 1/max_rate seconds, BURST_S of them in a burst (a decode
-step's outputs of every stream at once go out together). Final responses never wait; they take a slot.
+slots are a generic cell rate: one every 1/max_rate seconds, BURST_S x max_rate of them in a burst
+(a decode step's outputs of every stream at once go out together); the streams waiting for one are
+served in the order they came (``in_line``). Final responses never wait; they take a slot, and may
+go beyond the budget.
 
 Each ``is_cancelled()`` is a round trip to the server. A request is asked after a streamed
 response the thread sends, as Triton's vLLM backend asks before each, though at most once a
@@ -52,7 +54,7 @@ ENGINE_PERIOD = 1.0  # seconds between checks that the engines live, at the long
 # responses may take before they merge (the engine needs the rest).
 RESPONSE_CPU_S = 860e-6
 SERVING_SHARE = 0.5
-BURST_S = 0.05  # the budget's slots that may go at once, in seconds of it
+BURST_S = 0.05  # the budget's slots that may go at once, in seconds of it (BURST_S x max_rate slots)
 
 
 def default_rate(cpus: int) -> float:
@@ -60,8 +62,21 @@ def default_rate(cpus: int) -> float:
     return SERVING_SHARE * max(1, cpus) / RESPONSE_CPU_S
 
 
-def available_cpus() -> int:
-    return len(os.sched_getaffinity(0))
+CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2's CPU quota: "<quota> <period>" or "max <period>"
+
+
+def available_cpus(cpu_max: str = CPU_MAX) -> int:
+    """The CPUs this process may use: its affinity, within its cgroup's CPU quota (a container
+    limited to 2 CPUs on a larger host sees them all in its affinity)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        with open(cpu_max, encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+    except (OSError, ValueError):
+        return cpus
+    if quota == "max":
+        return cpus
+    return max(1, min(cpus, -(-int(quota) // int(period))))
 
 
 class Sending(Health):
@@ -105,8 +120,8 @@ class Sending(Health):
         passed and the model's budget has a slot for it, the streams waiting for one served in
         the order they came (a final response goes at once)."""
         with self.lock:
-            if job.queued or not job.pending:
-                return
+            if job.queued or not job.pending or (job.done and not job.pending[-1].finished):
+                return  # sent or on its way, or ended without its outputs (its final reply is queued)
             now = time.monotonic()
             gap = job.last_sent + self.min_gap - now
             if job.pending[-1].finished or (gap <= 0 and not self.in_line and self._slot_free(now)):
@@ -144,7 +159,7 @@ class Sending(Health):
             while self.in_line and self._slot_free(now):
                 job = self.in_line.popleft()
                 job.in_line = False
-                if job.queued or not job.pending:  # its final response went meanwhile
+                if job.queued or not job.pending or job.done:  # its final response went meanwhile
                     continue
                 self._take_slot(now)
                 self._queue(job)

@@ -6,8 +6,10 @@ order of events is the test's, not a clock's."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -177,3 +179,62 @@ def test_the_streams_waiting_for_the_budget_get_its_slots_in_the_order_they_came
         model.loop.call_soon_threadsafe(free_one_slot)
         assert sender.entered.acquire(timeout=WAIT)
     assert [s.sent for s in senders] == [[("a1", 1, 0), ("a2", 1, 0)], [("b1", 1, 0)], [("c1", 1, 0)]]
+
+
+class FinalOnlySender(HeldSender):
+    """Records a final error reply (no text) as the model sends one when a request ends early."""
+
+    def send(self, reply: Any, flags: int = 0) -> None:
+        self.sent.append(("", 0, flags))
+        self.entered.release()
+        if flags & FINAL:
+            self.final_sent.set()
+
+
+def test_a_stream_that_ended_while_in_line_takes_no_slot(model: m.TritonPythonModel) -> None:
+    model.max_rate = 1 / 3600
+    first, ended, waiting = HeldSender(), FinalOnlySender(), HeldSender()
+    a, b, c = admitted(model, first), admitted(model, ended), admitted(model, waiting)
+    for sender in (first, waiting):
+        sender.release.release()
+    pile(model, a, output("a"))
+    assert first.entered.acquire(timeout=WAIT)
+    pile(model, b, output("x"))  # in line...
+    pile(model, c, output("y"))  # ... and behind it
+    model._post(b, SimpleNamespace(output_tensors=[]), FINAL)  # b ends early (cancelled, an error)
+    assert ended.final_sent.wait(WAIT)
+
+    def free_one_slot() -> None:
+        model.slots_at = float("-inf")
+        model._next_in_line()
+
+    model.loop.call_soon_threadsafe(free_one_slot)
+    assert waiting.entered.acquire(timeout=WAIT)  # the slot went to c, not to b's leftovers
+    assert ended.sent == [("", 0, FINAL)] and waiting.sent == [("y", 1, 0)]
+
+
+def test_the_budgets_own_timer_serves_the_streams_in_line(model: m.TritonPythonModel) -> None:
+    model.max_rate = 20.0  # a slot every 50 ms, one at once
+    senders = [HeldSender() for _ in range(4)]
+    jobs = [admitted(model, s) for s in senders]
+    for sender in senders:
+        sender.release.release()
+    for i, job in enumerate(jobs):
+        pile(model, job, output(str(i)))
+    for sender in senders:
+        assert sender.entered.acquire(timeout=WAIT)
+    assert [s.sent for s in senders] == [[(str(i), 1, 0)] for i in range(4)]
+
+
+def test_the_cpus_follow_the_cgroups_quota(tmp_path: Path) -> None:
+    from builder.python_models.vllm_engine.utils.sending import available_cpus
+
+    cpus = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    assert available_cpus(str(tmp_path / "absent")) == cpus
+    quota.write_text("max 100000\n")
+    assert available_cpus(str(quota)) == cpus
+    quota.write_text("50000 100000\n")
+    assert available_cpus(str(quota)) == 1  # half a CPU: at least one
+    quota.write_text(f"{100000 * (cpus + 4)} 100000\n")
+    assert available_cpus(str(quota)) == cpus  # a quota above the affinity: the affinity
