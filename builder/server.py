@@ -356,10 +356,14 @@ class TritonServer:
 
     def _reap_group(self, pgid: int) -> None:
         """What is left of a server that died: its group (the stubs, the engines they started)
-        killed, and what they mapped in /dev/shm removed."""
+        killed and gone (a SIGKILL lands a moment after it is sent), and what they mapped in
+        /dev/shm removed."""
         shm = shared_memory.mapped_names(shared_memory.group_members(pgid))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while shared_memory.group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._clear_shared_memory(pgid, shm)
 
     @staticmethod
