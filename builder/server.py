@@ -289,7 +289,7 @@ class TritonServer:
             if self._proc.poll() is not None:
                 code, pid = self._proc.returncode, self._proc.pid
                 self._proc = None
-                self._reap_group(pid)
+                self._end_group(pid)
                 if -code in RETRIED_SIGNALS:
                     raise StartupAbort(-code, self.log_tail())
                 raise BuildError(
@@ -346,36 +346,27 @@ class TritonServer:
             code = None
         # The Python-backend stubs and what they started (vLLM's engine processes) share the
         # server's process group: whatever is left of it once the server is gone is an orphan.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        self._end_group(proc.pid, shm)
         if code is None:
             code = proc.wait(10)
-        self._clear_shared_memory(proc.pid, shm)
         if code == 0 and self._log_given is None and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)  # our temp log; kept when something went wrong
 
-    def _reap_group(self, pgid: int) -> None:
-        """What is left of a server that died: its group (the stubs, the engines they started)
-        killed and gone (a SIGKILL lands a moment after it is sent), and what they mapped in
-        /dev/shm removed."""
-        shm = shared_memory.mapped_names(shared_memory.group_members(pgid))
+    @staticmethod
+    def _end_group(pgid: int, shm: set[str] | None = None) -> None:
+        """What is left of a server's process group (the stubs, the engines they started) killed
+        and waited for until gone (a SIGKILL lands a moment after it is sent); then what they
+        mapped in /dev/shm (``shm``, else read now) removed: SIGKILL leaves Triton's and vLLM's
+        files, a clean exit none."""
+        if shm is None:
+            shm = shared_memory.mapped_names(shared_memory.group_members(pgid))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while shared_memory.group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        self._clear_shared_memory(pgid, shm)
-
-    @staticmethod
-    def _clear_shared_memory(pgid: int, names: set[str]) -> None:
-        """Once the group's killed processes are gone, remove what they mapped in /dev/shm and left
-        there (SIGKILL leaves Triton's and vLLM's files; a clean exit, none)."""
-        if not names:
-            return
-        deadline = time.monotonic() + 5
-        while shared_memory.group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        shared_memory.remove_orphaned(names)
+        if shm:
+            shared_memory.remove_orphaned(shm)
 
     def log_tail(self, lines: int = 25) -> str:
         """The server's error lines, then the end of its log (status tables left out)."""

@@ -161,13 +161,7 @@ def parse_defaults(text: str, known: set[str]) -> dict[str, Any]:
 
 def parse_min_gap(text: str) -> float:
     """The ``stream_min_gap_ms`` parameter in seconds; ValueError naming the parameter if bad."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1000:
-        raise ValueError(f"parameter {STREAM_MIN_GAP_MS}: want milliseconds from 0 to 1000, got {text!r}")
-    return value / 1000
+    return _number(text, STREAM_MIN_GAP_MS, 1000, "milliseconds from 0 to 1000") / 1000
 
 
 def parse_max_rate(text: str, default: float) -> float:
@@ -175,14 +169,17 @@ def parse_max_rate(text: str, default: float) -> float:
     ValueError naming the parameter if bad."""
     if not text:
         return default
+    return _number(text, STREAM_MAX_RESPONSES_PER_S, float("inf"), "responses a second, 0 or more")
+
+
+def _number(text: str, parameter: str, below: float, want: str) -> float:
+    """A config parameter's number from 0 to ``below`` (a finite one: ``inf`` excluded)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise ValueError(
-            f"parameter {STREAM_MAX_RESPONSES_PER_S}: want responses a second, 0 or more, got {text!r}"
-        )
+    if not 0 <= value <= below or value == float("inf"):
+        raise ValueError(f"parameter {parameter}: want {want}, got {text!r}")
     return value
 
 

@@ -148,7 +148,7 @@ class Sending(Health):
             job.in_line = True
             self.in_line.append(job)
         if self.slot_timer is None:
-            self.slot_timer = self.loop.call_later(self.slots_at - BURST_S - now, self._next_in_line)
+            self._serve_line_at_next_slot(now)
 
     def _next_in_line(self) -> None:
         """On the event loop, when a slot is free: queue the responses of the streams in line, the
@@ -164,7 +164,10 @@ class Sending(Health):
                 self._take_slot(now)
                 self._queue(job)
             if self.in_line:
-                self.slot_timer = self.loop.call_later(self.slots_at - BURST_S - now, self._next_in_line)
+                self._serve_line_at_next_slot(now)
+
+    def _serve_line_at_next_slot(self, now: float) -> None:
+        self.slot_timer = self.loop.call_later(self.slots_at - BURST_S - now, self._next_in_line)
 
     def _queue(self, job: Job) -> None:
         job.queued = True

@@ -72,6 +72,16 @@ def pile(model: m.TritonPythonModel, job: m.Job, out: Any) -> None:
     asyncio.run_coroutine_threadsafe(step(), model.loop).result(WAIT)
 
 
+def free_one_slot(model: m.TritonPythonModel) -> None:
+    """On the model's event loop: the budget's next slot free now, and the line served."""
+
+    def free() -> None:
+        model.slots_at = float("-inf")
+        model._next_in_line()
+
+    model.loop.call_soon_threadsafe(free)
+
+
 def test_a_token_goes_out_at_once_and_what_came_while_a_response_was_sent_goes_next(
     model: m.TritonPythonModel,
 ) -> None:
@@ -170,13 +180,9 @@ def test_the_streams_waiting_for_the_budget_get_its_slots_in_the_order_they_came
     for job, text in ((b, "b1"), (c, "c1"), (a, "a2")):  # in line, in this order
         pile(model, job, output(text))
 
-    def free_one_slot() -> None:
-        model.slots_at = float("-inf")
-        model._next_in_line()
-
     for sender in (senders[1], senders[2], senders[0]):
         assert not any(s.entered.acquire(timeout=0.05) for s in senders)
-        model.loop.call_soon_threadsafe(free_one_slot)
+        free_one_slot(model)
         assert sender.entered.acquire(timeout=WAIT)
     assert [s.sent for s in senders] == [[("a1", 1, 0), ("a2", 1, 0)], [("b1", 1, 0)], [("c1", 1, 0)]]
 
@@ -204,11 +210,7 @@ def test_a_stream_that_ended_while_in_line_takes_no_slot(model: m.TritonPythonMo
     model._post(b, SimpleNamespace(output_tensors=[]), FINAL)  # b ends early (cancelled, an error)
     assert ended.final_sent.wait(WAIT)
 
-    def free_one_slot() -> None:
-        model.slots_at = float("-inf")
-        model._next_in_line()
-
-    model.loop.call_soon_threadsafe(free_one_slot)
+    free_one_slot(model)
     assert waiting.entered.acquire(timeout=WAIT)  # the slot went to c, not to b's leftovers
     assert ended.sent == [("", 0, FINAL)] and waiting.sent == [("y", 1, 0)]
 
