@@ -53,10 +53,9 @@ def test_tune_simple(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     for t in report["trials"]:
         c = t["candidate"]
         assert 1 <= c["max_batch_size"] <= 8  # the profile
-        # --max-instances bounds what is tried; the build's own sizing is the baseline, measured as it is.
+        # --max-instances bounds the counts tried; the build's own sizing is the baseline, measured
+        # as it is, and where it keeps the lead the later dimensions are tried at its count.
         assert c["instances"] in {1, report["default"]["candidate"]["instances"]}
-        if c["instances"] != 1:
-            assert t["label"] == report["default"]["label"], t
         assert c["max_queue_delay_us"] in (0, 500)
         inside = all(s <= c["max_batch_size"] for s in c["preferred_batch_sizes"])
         assert inside or (t["status"] == "pruned" and "outside" in t["reason"]), t  # never measured
