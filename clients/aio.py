@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import regions, retry
+from . import regions, retry, shm, wire
 from .core import Call, InferOptions, Part, Probe, Readiness, prepare
 from .model import Arrays, ModelInfo
 from .protocol import as_json, module
@@ -30,6 +30,7 @@ class AsyncClient:
         self._mod = module(self.protocol)
         aio = module(self.protocol, aio=True)
         self._raw = aio.InferenceServerClient(self.address, verbose=self.settings.verbose)
+        self._wire = wire.AsyncSender(self.address) if self.protocol == "grpc" else None
         self._models: dict[tuple[str, str], ModelInfo] = {}
         self._pending: set[str] = set()  # regions the server did not let go of yet
 
@@ -145,18 +146,22 @@ class AsyncClient:
     async def _attempt(self, call: Call, part: Part, timeout: float | None) -> Arrays:
         plan = call.shm_plan(part)
         async with regions.aregistered(self._raw, plan, part.arrays, self._pending) as shared:
-            response = await self._infer(call, *call.tensors(self._mod, part, plan), timeout)
+            response = await self._infer(call, part, plan, timeout)
             return call.result(part, response, shared.outputs())
 
-    async def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
-        extra = {"client_timeout": timeout} if self.protocol == "grpc" else {}
+    async def _infer(self, call: Call, part: Part, plan: shm.Plan | None, timeout: float | None) -> Any:
+        if self._wire is not None:
+            sent = self._wire.infer(call.request(self._mod, part, plan), timeout)
+            return await asyncio.wait_for(sent, timeout)
+        inputs, outputs = call.tensors(self._mod, part, plan)
         name, version = call.info.name, call.version
-        extra |= call.arguments()
-        request = self._raw.infer(name, inputs, model_version=version, outputs=outputs, **extra)
+        request = self._raw.infer(name, inputs, model_version=version, outputs=outputs, **call.arguments())
         return await asyncio.wait_for(request, timeout)
 
     async def close(self) -> None:
         await regions.arelease(self._raw, self._pending, regions.CLOSE_WAIT_S)
+        if self._wire is not None:
+            await self._wire.close()
         await self._raw.close()
 
     async def __aenter__(self) -> AsyncClient:

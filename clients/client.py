@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from . import regions, retry
+from . import regions, retry, wire
 from .core import Call, InferOptions, Part, Probe, Readiness, prepare
 from .errors import InferenceTimeout
 from .model import Arrays, ModelInfo
@@ -40,6 +40,7 @@ class Client:
         timeout = self.settings.timeout
         self._network_timeout = 60.0 if timeout is None else max(timeout, 1.0)
         self._raw = self._connect()
+        self._wire = wire.Sender(self.address) if self.protocol == "grpc" else None
         self._local = threading.local()
         self._extra: list[Any] = []  # per-thread HTTP clients, closed with this one
         self._models: dict[tuple[str, str], ModelInfo] = {}
@@ -192,16 +193,15 @@ class Client:
     def _attempt(self, call: Call, part: Part, timeout: float | None) -> Arrays:
         plan = call.shm_plan(part)
         with regions.registered(self._thread_raw(), plan, part.arrays, self._pending) as shared:
-            response = self._infer(call, *call.tensors(self._mod, part, plan), timeout)
+            if self._wire is not None:
+                response = self._wire.infer(call.request(self._mod, part, plan), timeout)
+            else:
+                response = self._infer_http(call, *call.tensors(self._mod, part, plan), timeout)
             return call.result(part, response, shared.outputs())
 
-    def _infer(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
+    def _infer_http(self, call: Call, inputs: list[Any], outputs: list[Any], timeout: float | None) -> Any:
         raw, name, version = self._thread_raw(), call.info.name, call.version
         seq = call.arguments()
-        if self.protocol == "grpc":
-            return raw.infer(
-                name, inputs, model_version=version, outputs=outputs, client_timeout=timeout, **seq
-            )
         if timeout is None or timeout >= 0.95 * self._network_timeout:
             return raw.infer(name, inputs, model_version=version, outputs=outputs, **seq)
         import gevent  # tritonclient's HTTP transport runs on gevent
@@ -218,6 +218,8 @@ class Client:
             self._pool.shutdown(wait=True)
             self._pool = None
         regions.release(self._raw, self._pending, regions.CLOSE_WAIT_S)
+        if self._wire is not None:
+            self._wire.close()
         for raw in [self._raw, *self._extra]:
             with contextlib.suppress(Exception):
                 raw.close()

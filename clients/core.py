@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple, TypedDict
 
-from . import shm
+from . import shm, wire
 from .errors import InvalidInput, ModelNotReady, ServerUnavailable, translate
 from .model import Arrays, ModelInfo, check_outputs, join, split
 from .protocol import make_inputs, make_outputs
@@ -80,6 +80,17 @@ class Call:
         if plan is not None:
             shm.attach(plan, inputs, requested)
         return inputs, requested
+
+    def request(self, mod: ModuleType, part: Part, plan: shm.Plan | None) -> bytes:
+        """The part's gRPC ``ModelInfer`` request as bytes, each tensor copied once (`wire`; `mod`:
+        tritonclient.grpc or its .aio)."""
+        in_shm = plan.input_names() if plan else ()
+        inputs = make_inputs(mod, self.info.datatypes, part.arrays, skip=part.arrays.keys())
+        requested = make_outputs(mod, self.outputs, self.class_count)
+        if plan is not None:
+            shm.attach(plan, inputs, requested)
+        tensors = wire.contents(self.info.datatypes, part.arrays, skip=in_shm)
+        return wire.request(self.info.name, self.version, inputs, requested, tensors, self.arguments())
 
     def result(self, part: Part, response: Any, shared: Arrays) -> Arrays:
         """The part's outputs from the response (and the outputs read from shared memory), checked

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 
 from clients.model import ModelInfo
 from clients.shm import leftover_keys, own_prefix
@@ -79,3 +81,24 @@ def text_info() -> ModelInfo:
         "output": [{"name": "LABEL", "label_filename": "labels.txt"}],
     }
     return ModelInfo.from_triton(metadata, config)
+
+
+def wrap_sends(client: Any, wrapper: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """Route each request `client` (sync or asyncio) sends through ``wrapper(model, send)``, which
+    returns ``send()``'s result (awaited, for the asyncio client): gRPC requests go out as bytes
+    (`clients.wire`), HTTP ones through tritonclient's ``infer``."""
+    if client._wire is not None:
+        sender, original = client._wire, client._wire.infer
+
+        def sent_bytes(data: bytes, timeout: float | None) -> Any:
+            model = service_pb2.ModelInferRequest.FromString(data).model_name
+            return wrapper(model, lambda: original(data, timeout))
+
+        sender.infer = sent_bytes
+        return
+    infer = client.triton.infer
+
+    def sent_call(model: str, *args: Any, **kwargs: Any) -> Any:
+        return wrapper(model, lambda: infer(model, *args, **kwargs))
+
+    client.triton.infer = sent_call

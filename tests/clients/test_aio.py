@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from clients import NO_RETRY, AsyncClient, InferenceTimeout, InvalidInput
-from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
+from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs, wrap_sends
 from tests.clients.held import MODEL as HELD
 from tests.clients.held import HeldServer, held_inputs
 
@@ -62,18 +63,17 @@ def test_infer_many_bounded_and_ordered(url: str, protocol: str) -> None:
 
     async def go() -> list[dict[str, np.ndarray]]:
         async with AsyncClient(url, protocol, concurrency=3) as c:
-            infer = c.triton.infer
 
-            async def counted(*args: Any, **kwargs: Any) -> Any:  # the transport call, counted
+            async def counted(model: str, send: Callable[[], Any]) -> Any:  # the transport call, counted
                 flight["now"] += 1
                 flight["sent"] += 1
                 flight["peak"] = max(flight["peak"], flight["now"])
                 try:
-                    return await infer(*args, **kwargs)
+                    return await send()
                 finally:
                     flight["now"] -= 1
 
-            c.triton.infer = counted
+            wrap_sends(c, counted)
             return await c.infer_many("simple", requests, outputs=["OUTPUT0"])
 
     results = run(go())
@@ -103,13 +103,12 @@ def test_timeout_fires_after_the_request_is_sent(held: HeldServer, protocol: str
     async def go() -> InferenceTimeout:
         async with AsyncClient(held.url(protocol), protocol, retry_policy=NO_RETRY) as c:
             await c.model(HELD)
-            infer = c.triton.infer
 
-            def spy(model: str, *args: Any, **kwargs: Any) -> Any:
+            def spy(model: str, send: Callable[[], Any]) -> Any:
                 sent.append(model)
-                return infer(model, *args, **kwargs)
+                return send()
 
-            c.triton.infer = spy
+            wrap_sends(c, spy)
             with held.shut(), pytest.raises(InferenceTimeout) as info:
                 # shm=False: the server may still read a region after the client gave up on it
                 await c.infer(HELD, held_inputs(), timeout=0.05, shm=False)
