@@ -260,15 +260,22 @@ def render_client_overhead(results: Sequence[Result], results_dir: Path) -> str:
     env = r.get("environment")
     grpc, http = r.get("overhead_batch1", "grpc"), r.get("overhead_batch1", "http")
     shm_grpc, shm_http = r.get("shm_16MiB", "grpc"), r.get("shm_16MiB", "http")
-    machine = Machine(
-        versions=tuple((k, str(env[k])) for k in ("python", "tritonclient", "numpy") if k in env)
-    )
+    machine = Machine.of(r.get("machine"))
     text = (
         f"`Client.infer` against the bare tritonclient call on `simple` at batch 1 (medians of "
         f"{env['iterations']} calls): {grpc['overhead_pct']:.1f} % overhead over gRPC, "
         f"{http['overhead_pct']:.1f} % over HTTP. A 16 MiB input through shared memory took "
         f"{shm_grpc['shm_over_plain']:.2f}x the time of plain gRPC and "
         f"{shm_http['shm_over_plain']:.2f}x that of plain HTTP."
+    )
+    image = r.get("image_c1")
+    bare, ours = image["bare"], image["client"]
+    text += (
+        f" An image (FP32 [1, 3, 224, 224], 602 KB) to the served `{image['model']}` over gRPC at "
+        f"concurrency 1: p50 {ours['median_us'] / 1e3:.2f} ms against "
+        f"{bare['median_us'] / 1e3:.2f} ms for the bare call ({image['client_over_bare']:.2f}x, "
+        f"paired), the client's CPU {ours['cpu_us_per_call']:.0f} against "
+        f"{bare['cpu_us_per_call']:.0f} µs a call."
     )
     return _lines(machine.header(r.source), "", text)
 
