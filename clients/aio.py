@@ -30,7 +30,7 @@ class AsyncClient:
         self._mod = module(self.protocol)
         aio = module(self.protocol, aio=True)
         self._raw = aio.InferenceServerClient(self.address, verbose=self.settings.verbose)
-        self._wire = wire.AsyncSender(self.address) if self.protocol == "grpc" else None
+        self._wire = wire.AsyncSender(self._raw) if self.protocol == "grpc" else None
         self._models: dict[tuple[str, str], ModelInfo] = {}
         self._pending: set[str] = set()  # regions the server did not let go of yet
 
@@ -160,8 +160,6 @@ class AsyncClient:
 
     async def close(self) -> None:
         await regions.arelease(self._raw, self._pending, regions.CLOSE_WAIT_S)
-        if self._wire is not None:
-            await self._wire.close()
         await self._raw.close()
 
     async def __aenter__(self) -> AsyncClient:

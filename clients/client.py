@@ -40,7 +40,7 @@ class Client:
         timeout = self.settings.timeout
         self._network_timeout = 60.0 if timeout is None else max(timeout, 1.0)
         self._raw = self._connect()
-        self._wire = wire.Sender(self.address) if self.protocol == "grpc" else None
+        self._wire = wire.Sender(self._raw) if self.protocol == "grpc" else None
         self._local = threading.local()
         self._extra: list[Any] = []  # per-thread HTTP clients, closed with this one
         self._models: dict[tuple[str, str], ModelInfo] = {}
@@ -218,8 +218,6 @@ class Client:
             self._pool.shutdown(wait=True)
             self._pool = None
         regions.release(self._raw, self._pending, regions.CLOSE_WAIT_S)
-        if self._wire is not None:
-            self._wire.close()
         for raw in [self._raw, *self._extra]:
             with contextlib.suppress(Exception):
                 raw.close()

@@ -2,16 +2,18 @@
 
 tritonclient copies an input three times before the socket: ``tobytes()`` in
 ``set_data_from_numpy``, into the protobuf message (``raw_input_contents.extend``), and into the
-bytes gRPC serializes. On a host whose cores the server shares, that CPU is taken from the model:
-a 602 KB image cost the client 2.3 ms of CPU per call, and the served resnet18 answered at c=1 in
-9.6 ms p50 against 7.5 ms with the request written as here (2-core AMD EPYC; `docs/clients.md`).
+bytes gRPC serializes; in a fresh process each copy of a large tensor also faults its pages in. On
+a host whose cores the server shares, that CPU is the model's: for an image to the served resnet18
+at concurrency 1, the client's CPU a call and the latency both fall when the request is written as
+here (`bench/client_overhead.py`; its figures in docs/clients.md).
 
 Here protobuf encodes the request without its tensors (tritonclient's own encoding of the model,
 the tensors' names, shapes and shared-memory parameters, the outputs and the request parameters),
 and each tensor's bytes follow it as a ``raw_input_contents`` field: protobuf's wire format reads the
 entries of a repeated field in the order they come, wherever they come in the message, so the
 request parses exactly as tritonclient's (tests/clients/test_wire.py compares the two). The bytes
-are joined once, straight from the arrays' memory.
+are joined once, straight from the arrays' memory, and go out as tritonclient's ``infer`` sends
+its request: on its client's channel, with its plugins' headers, printed when it is verbose.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import grpc
-import grpc.aio
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.grpc._utils import _get_inference_request  # tritonclient's encoding of the rest
@@ -31,8 +32,11 @@ from .model import Arrays
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 RAW_INPUT_CONTENTS = service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 _CONTENTS_TAG = bytes([RAW_INPUT_CONTENTS << 3 | 2])  # a length-delimited field
-# tritonclient's channel: no size limit either way
-CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+# tritonclient's ``infer`` defaults for the request's other fields
+INFER_DEFAULTS: dict[str, Any] = {
+    "request_id": "", "sequence_id": 0, "sequence_start": False, "sequence_end": False,
+    "priority": 0, "timeout": None, "parameters": None,
+}  # fmt: skip
 
 
 def _varint(n: int) -> bytes:
@@ -81,12 +85,10 @@ def request(
     """The bytes of a ``ModelInfer`` request: tritonclient's InferInputs (shapes, types, shared
     memory; no data) and InferRequestedOutputs, ``tensors`` (`contents`) and the keyword arguments
     of tritonclient's ``infer`` beyond the tensors (`core.Call.arguments`)."""
+    fields = {**INFER_DEFAULTS, **arguments}  # an argument tritonclient does not know raises here
     header = _get_inference_request(
-        model_name=model, inputs=inputs, model_version=version, request_id="", outputs=outputs,
-        sequence_id=arguments.get("sequence_id", 0), sequence_start=arguments.get("sequence_start", False),
-        sequence_end=arguments.get("sequence_end", False), priority=0, timeout=None,
-        parameters=arguments.get("parameters"),
-    )  # fmt: skip
+        model_name=model, inputs=inputs, model_version=version, outputs=outputs, **fields
+    )
     return encode(header, tensors)
 
 
@@ -98,51 +100,49 @@ def _error(exc: grpc.RpcError) -> InferenceServerException:
     )
 
 
-class Sender:
-    """``ModelInfer`` with requests already in bytes, on a channel of its own (opened on first use)."""
+class _Sending:
+    """What both senders do around the call, as tritonclient's ``infer`` does: the channel of the
+    tritonclient client (``triton``: its connection, so that a server it saw ready is the one
+    inference meets; closed with it), the headers of its plugins (``register_plugin``), and its
+    verbose printing."""
 
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self._channel: grpc.Channel | None = None
-        self._call: Any = None
+    def __init__(self, triton: Any) -> None:
+        self._triton = triton
+        self._call = triton._channel.unary_unary(
+            METHOD, response_deserializer=service_pb2.ModelInferResponse.FromString
+        )
+
+    def _metadata(self, data: bytes) -> Any:
+        metadata = self._triton._get_metadata(None)
+        if self._triton._verbose:
+            print(f"infer, metadata {metadata}\n{service_pb2.ModelInferRequest.FromString(data)}")
+        return metadata
+
+    def _result(self, response: service_pb2.ModelInferResponse) -> InferResult:
+        if self._triton._verbose:
+            print(response)
+        return InferResult(response)
+
+
+class Sender(_Sending):
+    """``ModelInfer`` with requests already in bytes, on tritonclient.grpc's client's channel."""
 
     def infer(self, data: bytes, timeout: float | None) -> InferResult:
-        if self._call is None:
-            self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-            self._call = self._channel.unary_unary(
-                METHOD, response_deserializer=service_pb2.ModelInferResponse.FromString
-            )
+        metadata = self._metadata(data)
         try:
-            return InferResult(self._call(data, timeout=timeout))
+            response = self._call(data, metadata=metadata, timeout=timeout)
         except grpc.RpcError as exc:
             raise _error(exc) from None
-
-    def close(self) -> None:
-        channel, self._channel, self._call = self._channel, None, None
-        if channel is not None:
-            channel.close()
+        return self._result(response)
 
 
-class AsyncSender:
-    """`Sender` on grpc.aio: its channel opens on the event loop of the first call."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self._channel: grpc.aio.Channel | None = None
-        self._call: Any = None
+class AsyncSender(_Sending):
+    """`Sender` on tritonclient.grpc.aio's client's channel."""
 
     async def infer(self, data: bytes, timeout: float | None) -> InferResult:
-        if self._call is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-            self._call = self._channel.unary_unary(
-                METHOD, response_deserializer=service_pb2.ModelInferResponse.FromString
-            )
+        metadata = self._metadata(data)
         try:
-            return InferResult(await self._call(data, timeout=timeout))
+            response = await self._call(data, metadata=metadata, timeout=timeout)
         except grpc.RpcError as exc:
             raise _error(exc) from None
-
-    async def close(self) -> None:
-        channel, self._channel, self._call = self._channel, None, None
-        if channel is not None:
-            await channel.close()
+        return self._result(response)

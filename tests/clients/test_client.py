@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tritonclient._plugin import InferenceServerClientPlugin
 
-from clients import NO_RETRY, Client, InferenceTimeout, InvalidInput, ModelNotFound
+from clients import NO_RETRY, Client, InferenceTimeout, InvalidInput, ModelNotFound, TritonClientError
 from tests.clients._helpers import assert_no_regions, expected, request_count, simple_inputs
 from tests.clients.held import MODEL as HELD
 from tests.clients.held import HeldServer, held_inputs
@@ -145,3 +146,36 @@ def test_regions_of_a_timed_out_request_are_released_later(held: HeldServer, pro
             np.testing.assert_array_equal(c.infer(HELD, held_inputs())["Y"], held_inputs()["X"])
         assert not c._pending
     assert_no_regions(held.server)
+
+
+class Recorder(InferenceServerClientPlugin):
+    """A tritonclient plugin (as `BasicAuth` is one) that adds a header and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: Any) -> None:
+        self.calls += 1
+        request.headers["authorization"] = "Bearer test"
+
+
+def test_inference_goes_as_tritonclient_sends_it(
+    url: str, protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Over either protocol, inference carries the headers of the plugins registered on
+    `client.triton`, prints what tritonclient prints when verbose, and fails once the client is
+    closed (the gRPC requests written by `clients.wire` go on tritonclient's own channel)."""
+    with Client(url, protocol) as plain:
+        plugin = Recorder()
+        plain.triton.register_plugin(plugin)
+        plain.model("simple")
+        calls = plugin.calls
+        plain.infer("simple", simple_inputs(1))
+        assert plugin.calls == calls + 1
+    with pytest.raises(TritonClientError):
+        plain.infer("simple", simple_inputs(1))
+    with Client(url, protocol, verbose=True) as verbose:
+        verbose.model("simple")
+        capsys.readouterr()
+        verbose.infer("simple", simple_inputs(1))
+        assert "simple" in capsys.readouterr().out

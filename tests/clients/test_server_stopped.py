@@ -6,14 +6,16 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from clients import AsyncClient, Client, ServerUnavailable
+from builder.server import TritonServer, find_free_port
+from clients import NO_RETRY, AsyncClient, Client, ServerUnavailable
 from clients.shm import leftover_keys
-from tests.clients._helpers import simple_inputs
+from tests.clients._helpers import expected, simple_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +97,32 @@ def test_server_stopped_with_requests_in_flight(fresh_server: Callable[[], Any])
     assert {p: type(e) for p, e in errors.items()} == {"grpc": ServerUnavailable, "http": ServerUnavailable}
     assert max(elapsed.values()) < 5.5
     assert leftover_keys() == []
+
+
+def test_a_restarted_server_seen_ready_answers_at_once(zoo_repo: Path, tmp_path: Path) -> None:
+    """A server stopped and started again on the same ports: once `wait_until_ready` has seen it
+    ready, the next inference (a sequence's, which is never retried, as any with NO_RETRY) reaches
+    it; readiness and inference share one connection."""
+    grpc, http, metrics = find_free_port(), find_free_port(), find_free_port()
+
+    def start() -> TritonServer:
+        server = TritonServer(
+            zoo_repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
+            model_control="explicit", load_models=["simple"], log_path=tmp_path / "server.log",
+        )  # fmt: skip
+        server.start()
+        return server
+
+    server = start()
+    with Client(server.grpc_url, "grpc", retry_policy=NO_RETRY, shm=False) as client:
+        client.infer("simple", simple_inputs(1))
+        server.stop(timeout=5)
+        with pytest.raises(ServerUnavailable):
+            client.infer("simple", simple_inputs(1))
+        server = start()
+        try:
+            client.wait_until_ready(timeout=30, model="simple")
+            out = client.infer("simple", simple_inputs(1))
+            np.testing.assert_array_equal(out["OUTPUT0"], expected(simple_inputs(1))["OUTPUT0"])
+        finally:
+            server.stop(timeout=5)
