@@ -8,9 +8,11 @@ so in process runs what the server runs, with its threads.
 In process, concurrency 1 is one caller at batch 1; concurrency 8 is one caller per instance of
 the served config, each at batch 8 / instances (what the dynamic batcher forms at best), or 1 for
 a variant that runs each request alone. Each in-process figure is timed right before and right
-after its model's served sweeps (the larger counts). Each model has a server of its own that loads
-its two served models only. The physical limit is the graph's FLOPs per call against the CPU's
-peak for the precision the served variant computes in (bench/flops.py).
+after its model's served sweeps (the larger counts). The served model's concurrency-1 p50 is also
+taken through the project's own client (`clients.Client`), as an application calls it. Each model
+has a server of its own that loads its two served models only. The physical limit is the graph's
+FLOPs per call against the CPU's peak for the precision the served variant computes in
+(bench/flops.py).
 
     .venv/bin/python -m bench.run --only cpu_runtimes
 """
@@ -48,6 +50,7 @@ from bench.common import (
 from bench.flops import Peak, clock_ghz, model_flops, peak, variant_precision
 from builder.python_models.onnx_runner.utils.timings import TIMINGS_ENV
 from builder.spec import Variant
+from clients import Client
 
 NAME = "cpu_runtimes"
 MODELS = ("resnet18", "efficientnet_lite0", "minilm_encoder")
@@ -239,14 +242,32 @@ def measure_model(repo: Path, model: str, spec: dict[str, Any], opts: Options) -
     env = {TIMINGS_ENV: str(timings)}
     with serving(repo, f"{NAME}_{model}", model_control="explicit", load_models=loaded, env=env) as server:
         points = {p.name: served_points(server, repo, p, spec, opts, before) for p in (served, ort)}
+        calls = 40 if opts.quick else 200
+        client_c1 = project_client_c1(server.grpc_url, served.name, FEEDS[model](1), calls)
     after = {r: in_process(p, FEEDS[model], seconds) for r, p in local.items()}
     record = summarise(model, chosen, points, before, after)
     for key, side in (("served", served), ("ort_served", ort)):
         record[key]["runner_ms"] = runner_times(timings, side.name)
     record["served"]["served_at"] = served_at(repo, model)
+    record["served"]["client_c1_ms"] = client_c1
     record["every_core"] = every_core
     record["sized"] = sized(record)
     return record
+
+
+def project_client_c1(url: str, model: str, feed: dict[str, NDArray[Any]], calls: int) -> dict[str, float]:
+    """The served model at concurrency 1 as the project's own client calls it (`clients.Client`,
+    one request after another, the same batch-1 input as perf_analyzer's): p50 and p90 in ms."""
+    with Client(url) as client:
+        for _ in range(10):  # the connection and the model's metadata, then a warm path
+            client.infer(model, feed)
+        ms = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            client.infer(model, feed)
+            ms.append((time.perf_counter() - start) * 1000)
+    p50, p90 = np.percentile(ms, [50, 90])
+    return {"p50": float(p50), "p90": float(p90), "calls": calls}
 
 
 def sized(record: dict[str, Any]) -> dict[str, Any]:
@@ -364,7 +385,7 @@ def rows_of(model: str, r: dict[str, Any]) -> list[Row]:
         Row(f"6. CPU runtimes: {model} served ({served['variant']}) c1 p50, beyond the fastest in process",
             f"+{s['c1_extra_ms']:.2f} ms ({s['served_c1_ms']:.2f} / {fastest['c1_ms']:.2f} ms, {where}; "
             f"the serving path {s['serving_path_ms']:.2f} ms, {s['serving_path_share'] * 100:.0f} % of the "
-            f"served p50){path_split(served)}", f"<= +{TARGET_C1_EXTRA_MS} ms",
+            f"served p50){path_split(served)}{client_c1(served)}", f"<= +{TARGET_C1_EXTRA_MS} ms",
             s["c1_extra_ms"] <= TARGET_C1_EXTRA_MS),
         Row(f"6. CPU runtimes: {model} served c8 / the fastest in process at its best batch",
             f"{s['c8_share']:.2f} ({s['served_c8']:.0f} / {fastest['best_rate']:.0f} inf/s at batch "
@@ -383,6 +404,12 @@ def path_split(served: dict[str, Any]) -> str:
         return ""
     p50, call = served["points"]["1"]["p50_ms"], run["p50"]
     return f"; of its {p50:.2f} ms p50, {call:.2f} ms runtime call, {p50 - call:.2f} ms serving path"
+
+
+def client_c1(served: dict[str, Any]) -> str:
+    """The same c1 p50 as the project's own client measured it (perf_analyzer's above)."""
+    own = served.get("client_c1_ms")
+    return "" if own is None else f"; through the project's client (`clients.Client`) {own['p50']:.2f} ms"
 
 
 def best_rate(side: dict[str, Any]) -> float:
