@@ -72,10 +72,15 @@ class Call:
             return None
         return shm.plan(self.info, part.arrays, self.outputs, part.batch, self.class_count)
 
-    def tensors(self, mod: ModuleType, part: Part, plan: shm.Plan | None) -> tuple[list[Any], list[Any]]:
+    def tensors(
+        self, mod: ModuleType, part: Part, plan: shm.Plan | None, data: bool = True
+    ) -> tuple[list[Any], list[Any]]:
         """The tritonclient InferInputs and InferRequestedOutputs of a part (`mod`: tritonclient.grpc
-        or .http)."""
-        inputs = make_inputs(mod, self.info.datatypes, part.arrays, skip=plan.input_names() if plan else ())
+        or .http); the inputs carry their arrays unless they are in shared memory or ``data`` is
+        False (`request` writes the arrays itself)."""
+        in_shm = plan.input_names() if plan else ()
+        skip = in_shm if data else part.arrays.keys()
+        inputs = make_inputs(mod, self.info.datatypes, part.arrays, skip=skip)
         requested = make_outputs(mod, self.outputs, self.class_count)
         if plan is not None:
             shm.attach(plan, inputs, requested)
@@ -84,12 +89,8 @@ class Call:
     def request(self, mod: ModuleType, part: Part, plan: shm.Plan | None) -> bytes:
         """The part's gRPC ``ModelInfer`` request as bytes, each tensor copied once (`wire`; `mod`:
         tritonclient.grpc or its .aio)."""
-        in_shm = plan.input_names() if plan else ()
-        inputs = make_inputs(mod, self.info.datatypes, part.arrays, skip=part.arrays.keys())
-        requested = make_outputs(mod, self.outputs, self.class_count)
-        if plan is not None:
-            shm.attach(plan, inputs, requested)
-        tensors = wire.contents(self.info.datatypes, part.arrays, skip=in_shm)
+        inputs, requested = self.tensors(mod, part, plan, data=False)
+        tensors = wire.contents(self.info.datatypes, part.arrays, skip=plan.input_names() if plan else ())
         return wire.request(self.info.name, self.version, inputs, requested, tensors, self.arguments())
 
     def result(self, part: Part, response: Any, shared: Arrays) -> Arrays:
