@@ -29,6 +29,7 @@ from tests.integration.fixtures.reliability_repo import (
     repo_digest,
     shared_cache,
 )
+from tests.triton_stats import batch_sizes, model_stats, rows_executed, settled
 
 pytestmark = pytest.mark.integration
 
@@ -68,19 +69,6 @@ def together(calls: list[Callable[[], Any]]) -> list[Any]:
 
     with ThreadPoolExecutor(len(calls)) as pool:
         return list(pool.map(run, calls))
-
-
-def executed_batches(client: Client, model: str, rows: int) -> list[int]:
-    """The batch sizes `model` has executed, once they cover `rows` rows. The Python backend reports
-    a batch's statistics after its responses are sent, so a client that has its answers may read
-    them before they are counted: wait (bounded) until they are."""
-    deadline = time.monotonic() + 10
-    while True:
-        stats = client.triton.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
-        if sum(size * count for size, count in sizes.items()) >= rows or time.monotonic() > deadline:
-            return list(sizes) or [0]
-        time.sleep(0.05)
 
 
 def faulty(client: Client, value: float) -> Callable[[], Any]:
@@ -133,6 +121,7 @@ def test_a_wrong_shaped_response_does_not_disturb_the_others(server: TritonServe
 def test_onnx_runner_fails_only_the_bad_request_of_a_batch(server: TritonServer, client: Client) -> None:
     """The local target's runner: ONNX Runtime fails the batch, the runner retries request by request."""
     indices = [1, 99, 3, 4]
+    before = rows_executed(model_stats(client.triton, "lookup"))
     results = together(
         [lambda i=i: client.infer("lookup", {"IDX": np.array([[i]], np.int64)}) for i in indices]
     )
@@ -142,7 +131,8 @@ def test_onnx_runner_fails_only_the_bad_request_of_a_batch(server: TritonServer,
         if i != 99:
             assert not isinstance(result, Exception), result
             assert result["OUT"][0, 0] == TABLE[i]
-    assert max(executed_batches(client, "lookup", rows=len(indices))) > 1, "never batched: test is void"
+    stats = settled(client.triton, "lookup", before + len(indices))
+    assert max(batch_sizes(stats), default=0) > 1, "never batched: test is void"
     later = client.infer("lookup", {"IDX": np.array([[2], [9]], np.int64)})
     assert later["OUT"].ravel().tolist() == [TABLE[2], TABLE[9]]
 

@@ -24,6 +24,7 @@ from builder.python_models.image_preprocess.model import MEAN, STD, preprocess_i
 from builder.server import TritonServer
 from builder.spec import Precision, Spec
 from builder.targets import get
+from tests.triton_stats import model_stats, rows_executed, settled
 
 RUNNER = package("onnx_runner")  # each model's package lands whole in its version folder
 PREPROCESS = package("image_preprocess")
@@ -214,9 +215,9 @@ def concurrent(client: grpcclient.InferenceServerClient, model: str, requests: l
     return results
 
 
-def stats(client: grpcclient.InferenceServerClient, model: str) -> tuple[int, int]:
-    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-    return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+def counts(stats: dict[str, Any]) -> tuple[int, int]:
+    """(inferences, execute calls) of a model's statistics."""
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
 
 def png(rgb: tuple[int, int, int], size: tuple[int, int], fmt: str = "PNG") -> bytes:
@@ -240,7 +241,7 @@ def test_concurrent_requests_are_batched_and_match_ort(client: grpcclient.Infere
         arrays.append(
             (rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32))
         )
-    before = stats(client, "add")
+    before = model_stats(client, "add")
     results = concurrent(
         client, "add", [[infer_input("A", a, "FP32"), infer_input("B", b, "FP32")] for a, b in arrays]
     )
@@ -252,8 +253,8 @@ def test_concurrent_requests_are_batched_and_match_ort(client: grpcclient.Infere
         out = result.as_numpy("SUM")
         assert out.dtype == np.float32
         np.testing.assert_array_equal(out, session.run(None, {"A": a, "B": b})[0])
-    after = stats(client, "add")
-    requests, executions = after[0] - before[0], after[1] - before[1]
+    after = counts(settled(client, "add", rows_executed(before) + sum(a.shape[0] for a, _ in arrays)))
+    requests, executions = after[0] - counts(before)[0], after[1] - counts(before)[1]
     assert requests == sum(a.shape[0] for a, _ in arrays)
     assert executions <= 8, f"{len(arrays)} requests took {executions} executions"
 
@@ -262,9 +263,10 @@ def test_concurrent_requests_are_batched_and_match_ort(client: grpcclient.Infere
 def test_a_failing_request_fails_alone(client: grpcclient.InferenceServerClient) -> None:
     indices = [3, 99, 0, 9, 7]  # 99 is outside the table; all five share one batch
     requests = [[infer_input("IDX", np.array([[i]], np.int64), "INT64")] for i in indices]
-    before = stats(client, "lookup")
+    before = model_stats(client, "lookup")
     results = concurrent(client, "lookup", requests)
-    executions = stats(client, "lookup")[1] - before[1]
+    after = settled(client, "lookup", rows_executed(before) + len(indices))
+    executions = counts(after)[1] - counts(before)[1]
     assert executions < len(indices), "the bad request must have shared a batch with good ones"
     for index, result in zip(indices, results, strict=True):
         if index == 99:
